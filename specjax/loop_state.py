@@ -1,0 +1,153 @@
+"""Loop state of the decode loops, its static config, and the per-row commit of new tokens.
+
+Shape letters: B batch, P decoder prompt length, L max_decode_len, G gamma, W the
+sequence buffer width P + L + G + 1.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from specjax.sampling import SamplingConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  """Static knobs of one compiled decode (hashable, a static jit argument).
+
+  Attributes:
+    gamma: G, draft tokens per iteration (0 for the autoregressive loop).
+    max_decode_len: L, the most tokens generated per row, EOS included.
+    sampling: how tokens are chosen (greedy when temperature is 0).
+    eos_id: the end-of-sequence token.
+    pad_id: written after EOS.
+  """
+
+  gamma: int
+  max_decode_len: int
+  sampling: SamplingConfig
+  eos_id: int = 1
+  pad_id: int = 0
+
+
+@flax.struct.dataclass
+class DecodeStats:
+  """Per-row counters of a decode.
+
+  Attributes:
+    target_calls: [B] int32, target calls made while the row was active.
+    drafted: [B] int32, draft tokens proposed.
+    accepted: [B] int32, draft tokens accepted.
+    accepted_per_position: [B, G] int32, how often draft position i was accepted.
+    beta_sum: [B] float32, sum over verified positions of beta = sum_x min(p, q).
+    beta_count: [B] int32, how many positions beta_sum covers.
+  """
+
+  target_calls: jax.Array
+  drafted: jax.Array
+  accepted: jax.Array
+  accepted_per_position: jax.Array
+  beta_sum: jax.Array
+  beta_count: jax.Array
+
+  @classmethod
+  def zeros(cls, batch: int, gamma: int) -> 'DecodeStats':
+    z = jnp.zeros((batch,), jnp.int32)
+    return cls(target_calls=z, drafted=z, accepted=z,
+               accepted_per_position=jnp.zeros((batch, gamma), jnp.int32),
+               beta_sum=jnp.zeros((batch,), jnp.float32), beta_count=z)
+
+  @property
+  def alpha(self) -> float:
+    """Acceptance rate estimated from the beta sums, over the whole batch."""
+    return float(jnp.sum(self.beta_sum) / jnp.maximum(jnp.sum(self.beta_count), 1))
+
+  @property
+  def acceptance_rate(self) -> float:
+    """Accepted / drafted over the whole batch."""
+    return float(jnp.sum(self.accepted) / jnp.maximum(jnp.sum(self.drafted), 1))
+
+  @property
+  def tokens_per_call(self) -> float:
+    """Mean tokens produced per target call, n + 1, before EOS or length truncation."""
+    calls = jnp.sum(self.target_calls)
+    return float((jnp.sum(self.accepted) + calls) / jnp.maximum(calls, 1))
+
+
+@flax.struct.dataclass
+class DecodeState:
+  """What one iteration of a decode loop reads and returns.
+
+  Attributes:
+    seq: [B, W] int32, the decoder sequence: prompt, then generated tokens.
+    prompt_len: [B] int32, where generated tokens start in `seq`.
+    pos: [B] int32, position of each row's last token, the one not yet in the caches.
+    length: [B] int32, tokens generated so far.
+    done: [B] bool, rows that hit EOS or max_decode_len (they keep running masked).
+    target_cache: the target's cache pytree.
+    draft_cache: the draft's cache pytree (empty for the autoregressive loop).
+    rng: PRNG key.
+    stats: the DecodeStats counters.
+    step: scalar int32, iterations run.
+  """
+
+  seq: jax.Array
+  prompt_len: jax.Array
+  pos: jax.Array
+  length: jax.Array
+  done: jax.Array
+  target_cache: Any
+  draft_cache: Any
+  rng: jax.Array
+  stats: DecodeStats
+  step: jax.Array
+
+
+def gather_rows(seq: jax.Array, index: jax.Array) -> jax.Array:
+  """seq[b, index[b]] for each row: [B]."""
+  return jnp.take_along_axis(seq, index[:, None], axis=1)[:, 0]
+
+
+def commit(state: DecodeState, block: jax.Array, count: jax.Array,
+           cfg: LoopConfig) -> tuple:
+  """Appends block[b, :count[b]] to each active row, cut at EOS and at max_decode_len.
+
+  Args:
+    state: the loop state.
+    block: [B, K] int32 candidate tokens (the accepted drafts, then the extra token).
+    count: [B] int32 in 1..K, how many of them the row produced.
+    cfg: the static loop config.
+
+  Returns:
+    (seq, pos, length, done, active): the updated fields, and the [B] mask of rows that
+    were active before this commit (for the stats).
+  """
+  width = block.shape[1]
+  idx = jnp.arange(width)[None, :]  # [1, K]
+  is_eos = (block == cfg.eos_id) & (idx < count[:, None])  # [B, K]
+  has_eos = jnp.any(is_eos, axis=1)
+  count = jnp.where(has_eos, jnp.argmax(is_eos, axis=1) + 1, count)
+  room = cfg.max_decode_len - state.length
+  count = jnp.minimum(count, room)
+  active = ~state.done
+  count = jnp.where(active, count, 0)
+
+  def write(row, new, start):
+    return jax.lax.dynamic_update_slice(row, new, (start,))
+
+  seq = jax.vmap(write)(state.seq, block, state.pos + 1)  # beyond `count` is stale
+  length = state.length + count
+  done = state.done | (active & (has_eos | (length >= cfg.max_decode_len)))
+  return seq, state.pos + count, length, done, active
+
+
+def extract_output(state: DecodeState, cfg: LoopConfig) -> jax.Array:
+  """The generated tokens [B, L] int32, pad after each row's length."""
+  take = lambda row, start: jax.lax.dynamic_slice(row, (start,), (cfg.max_decode_len,))
+  tokens = jax.vmap(take)(state.seq, state.prompt_len)  # [B, L]
+  keep = jnp.arange(cfg.max_decode_len)[None, :] < state.length[:, None]
+  return jnp.where(keep, tokens, cfg.pad_id)

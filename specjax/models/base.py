@@ -1,0 +1,78 @@
+"""The model contract that the decode loops need from any model.
+
+A model is a static, hashable description (a frozen dataclass holding a config) plus a
+params pytree that is passed to every call as a jit argument, never closed over.
+
+Shape letters: B batch, S encoder length, T decoder cache length, K tokens in this call,
+V vocab, P decoder prompt length.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, Tuple
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+
+class Model(Protocol):
+  """What `speculative_decode` and `autoregressive_decode` call.
+
+  Attributes:
+    vocab_size: V, the size of the logits axis. Target and draft must agree.
+  """
+
+  vocab_size: int
+
+  def encode(self, params: PyTree, inputs: jax.Array) -> PyTree:
+    """Encodes inputs [B, S] int32 once per decode (cross-attention K/V projected here)."""
+
+  def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """Returns the decoder's prompt [B, P] int32 and its per-row length [B] int32.
+
+    Encoder-decoder models return the decoder start token (P = 1); decoder-only models
+    return the right-padded prompt itself.
+    """
+
+  def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> PyTree:
+    """A zero-filled, fixed-shape cache for `max_len` (T) decoder positions."""
+
+  def decode(self, params: PyTree, encoded: PyTree, cache: PyTree, tokens: jax.Array,
+             positions: jax.Array) -> Tuple[jax.Array, PyTree]:
+    """Scores K tokens per row and writes them into the cache.
+
+    Args:
+      params: the model's parameters.
+      encoded: what `encode` returned.
+      cache: the cache from `init_cache` or a previous `decode`.
+      tokens: [B, K] int32, the tokens at positions `positions[b] .. positions[b]+K-1`.
+      positions: [B] int32, the position of each row's first token.
+
+    Returns:
+      logits [B, K, V] float32 (the next-token logits after each token) and the new
+      cache. Each query attends to keys at positions <= its own; entries beyond are stale
+      and must be ignored, so a rollback is only a smaller position.
+    """
+
+
+def encoder_decoder_prompt(inputs: jax.Array, start_id: int = 0) -> Tuple[jax.Array, jax.Array]:
+  """Decoder prompt of an encoder-decoder model: the start token alone (T5: pad id 0)."""
+  batch = inputs.shape[0]
+  return (jnp.full((batch, 1), start_id, jnp.int32), jnp.ones((batch,), jnp.int32))
+
+
+def causal_mask(positions: jax.Array, num_tokens: int, max_len: int) -> jax.Array:
+  """Mask [B, K, T]: query k of row b (at positions[b] + k) sees keys at positions <= it."""
+  query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
+  return jnp.arange(max_len)[None, None, :] <= query_pos[:, :, None]
+
+
+def write_cache(cache: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:
+  """Writes new [B, K, ...] into cache [B, T, ...] at per-row offsets positions [B]."""
+
+  def one_row(row_cache, row_new, pos):
+    start = (pos,) + (0,) * (row_cache.ndim - 1)
+    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
+
+  return jax.vmap(one_row)(cache, new, positions)

@@ -1,0 +1,59 @@
+"""A Markov model: the next-token distribution depends only on the last token.
+
+Its sequence probabilities can be enumerated exactly, which makes it the reference for
+the statistical exactness tests, and a zero-cost draft of the n-gram kind. It behaves as
+a decoder-only model: the right-padded inputs are the prompt, and the last prompt token
+is the first state.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkovModel:
+  """A first-order Markov chain over a vocabulary of `vocab_size` tokens.
+
+  Params: {'logits': [V, V] float32}, row s holding the next-token logits after token s.
+  """
+
+  vocab_size: int
+
+  def init(self, rng: jax.Array, scale: float = 2.0) -> dict:
+    """Random transition logits, N(0, scale^2)."""
+    return {'logits': scale * jax.random.normal(rng, (self.vocab_size, self.vocab_size))}
+
+  def encode(self, params, inputs: jax.Array) -> dict:
+    """No context beyond the prompt."""
+    del params, inputs
+    return {}
+
+  def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """The right-padded inputs [B, P] and their non-pad lengths [B] (at least 1)."""
+    return decoder_only_prompt(inputs)
+
+  def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> dict:
+    """A Markov chain needs no cache."""
+    del batch, max_len, dtype
+    return {}
+
+  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array):
+    """Logits [B, K, V] after each of tokens [B, K]: row `tokens` of the table."""
+    del encoded, positions
+    return jnp.take(params['logits'], tokens, axis=0).astype(jnp.float32), cache
+
+  def transition_probs(self, params, sampling_config) -> np.ndarray:
+    """The warped transition matrix [V, V] as float64 numpy (for exact enumeration)."""
+    from specjax.sampling import warp  # pylint: disable=import-outside-toplevel
+    return np.asarray(warp(params['logits'], sampling_config), np.float64)
+
+
+def decoder_only_prompt(inputs: jax.Array, pad_id: int = 0) -> Tuple[jax.Array, jax.Array]:
+  """Prompt of a decoder-only model: inputs [B, P] themselves, lengths [B] >= 1."""
+  lengths = jnp.sum(inputs != pad_id, axis=1).astype(jnp.int32)
+  return inputs.astype(jnp.int32), jnp.maximum(lengths, 1)

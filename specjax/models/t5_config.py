@@ -1,0 +1,86 @@
+"""T5 configurations (v1.0 and v1.1) as frozen dataclasses, and the named presets.
+
+Sizes follow T5X's gin files (t5x/examples/t5/t5_1_1/*.gin and t5_1_0/*.gin).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class T5Config:
+  """A T5 encoder-decoder. Hashable, so it can be a static jit argument.
+
+  Attributes:
+    vocab_size: V, the logits width (32128 for the public checkpoints: 32100 padded).
+    emb_dim: D, the model width.
+    num_heads: N, attention heads.
+    num_encoder_layers: encoder depth.
+    num_decoder_layers: decoder depth.
+    head_dim: H, width of one head.
+    mlp_dim: F, the MLP's hidden width.
+    mlp_activations: ('gelu', 'linear') for v1.1's gated GELU, ('relu',) for v1.0.
+    logits_via_embedding: True for v1.0 (tied logits scaled by 1/sqrt(D)), False for v1.1.
+    dtype: activation (and cache) dtype name; params stay float32, logits are float32.
+    relative_attention_num_buckets: buckets of the relative position bias.
+    relative_attention_max_distance: distance beyond which all offsets share a bucket.
+    name: the preset's registry name ('' for ad-hoc configs).
+  """
+
+  vocab_size: int = 32128
+  emb_dim: int = 512
+  num_heads: int = 6
+  num_encoder_layers: int = 8
+  num_decoder_layers: int = 8
+  head_dim: int = 64
+  mlp_dim: int = 1024
+  mlp_activations: Tuple[str, ...] = ('gelu', 'linear')
+  logits_via_embedding: bool = False
+  dtype: str = 'float32'
+  relative_attention_num_buckets: int = 32
+  relative_attention_max_distance: int = 128
+  name: str = ''
+
+  def replace(self, **changes) -> 'T5Config':
+    """A copy with some fields changed (e.g. dtype='bfloat16')."""
+    return dataclasses.replace(self, **changes)
+
+
+def _v1_1(name, emb_dim, num_heads, num_layers, mlp_dim):
+  return T5Config(emb_dim=emb_dim, num_heads=num_heads, num_encoder_layers=num_layers,
+                  num_decoder_layers=num_layers, head_dim=64, mlp_dim=mlp_dim, name=name)
+
+
+def _v1_0(name, emb_dim, num_heads, num_layers, head_dim, mlp_dim):
+  return T5Config(emb_dim=emb_dim, num_heads=num_heads, num_encoder_layers=num_layers,
+                  num_decoder_layers=num_layers, head_dim=head_dim, mlp_dim=mlp_dim,
+                  mlp_activations=('relu',), logits_via_embedding=True, name=name)
+
+
+# T5 1.1, the paper's models (target t5_xxl, drafts t5_small / t5_base / t5_large).
+t5_small = _v1_1('t5_small', 512, 6, 8, 1024)
+t5_base = _v1_1('t5_base', 768, 12, 12, 2048)
+t5_large = _v1_1('t5_large', 1024, 16, 24, 2816)
+t5_xl = _v1_1('t5_xl', 2048, 32, 24, 5120)
+t5_xxl = _v1_1('t5_xxl', 4096, 64, 24, 10240)
+
+# The original T5 (v1.0): ReLU MLP, tied logits.
+t5_1_0_small = _v1_0('t5_1_0_small', 512, 8, 6, 64, 2048)
+t5_1_0_base = _v1_0('t5_1_0_base', 768, 12, 12, 64, 3072)
+t5_1_0_large = _v1_0('t5_1_0_large', 1024, 16, 24, 64, 4096)
+t5_1_0_3b = _v1_0('t5_1_0_3b', 1024, 32, 24, 128, 16384)
+t5_1_0_11b = _v1_0('t5_1_0_11b', 1024, 128, 24, 128, 65536)
+
+# Tiny models for tests (T5X's tiny test sizes; small vocab so that tests can enumerate).
+t5_tiny = T5Config(vocab_size=32, emb_dim=8, num_heads=4, num_encoder_layers=2,
+                   num_decoder_layers=2, head_dim=3, mlp_dim=16, name='t5_tiny')
+t5_tiny_draft = T5Config(vocab_size=32, emb_dim=8, num_heads=2, num_encoder_layers=1,
+                         num_decoder_layers=1, head_dim=4, mlp_dim=8, name='t5_tiny_draft')
+t5_1_0_tiny = t5_tiny.replace(mlp_activations=('relu',), logits_via_embedding=True,
+                              name='t5_1_0_tiny')
+
+T5_CONFIGS = {c.name: c for c in (
+    t5_small, t5_base, t5_large, t5_xl, t5_xxl,
+    t5_1_0_small, t5_1_0_base, t5_1_0_large, t5_1_0_3b, t5_1_0_11b,
+    t5_tiny, t5_tiny_draft, t5_1_0_tiny)}

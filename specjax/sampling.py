@@ -1,0 +1,78 @@
+"""Logits -> the warped distribution that tokens are drawn from.
+
+Target and draft are warped by the same function (temperature, then top-k, then top-p),
+so speculative sampling is exact for the warped target distribution (PAPER.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """How tokens are chosen. Hashable: a static jit argument.
+
+  Attributes:
+    temperature: 0 means greedy (argmax); > 0 divides the logits.
+    top_k: keep the k most likely tokens; 0 keeps all.
+    top_p: keep the smallest set of most likely tokens whose mass reaches top_p; 1 keeps all.
+  """
+
+  temperature: float = 0.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0.0
+
+  def validate(self, vocab_size: int) -> None:
+    """Raises ValueError (one line naming the argument and its range) on a bad setting."""
+    if not self.temperature >= 0.0:
+      raise ValueError(f'temperature must be >= 0 (0 is greedy), got {self.temperature}')
+    if not 0 <= self.top_k <= vocab_size:
+      raise ValueError(f'top_k must be in [0, vocab size {vocab_size}] (0 keeps all), '
+                       f'got {self.top_k}')
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f'top_p must be in (0, 1] (1 keeps all), got {self.top_p}')
+
+
+def warp(logits: jax.Array, config: SamplingConfig) -> jax.Array:
+  """Turns logits into the distribution a token is drawn from.
+
+  Args:
+    logits: [..., V] float.
+    config: the sampling settings.
+
+  Returns:
+    [..., V] float32 probabilities: one-hot at the argmax when greedy, else the softmax
+    of logits / temperature restricted to the top-k, then to the top-p nucleus.
+  """
+  logits = logits.astype(jnp.float32)
+  vocab = logits.shape[-1]
+  if config.greedy:
+    return jax.nn.one_hot(jnp.argmax(logits, axis=-1), vocab, dtype=jnp.float32)
+  logits = logits / config.temperature
+  if 0 < config.top_k < vocab:
+    kth = jax.lax.top_k(logits, config.top_k)[0][..., -1:]  # [..., 1]
+    logits = jnp.where(logits >= kth, logits, -jnp.inf)
+  probs = jax.nn.softmax(logits, axis=-1)
+  if config.top_p < 1.0:
+    sorted_probs = jnp.flip(jnp.sort(probs, axis=-1), axis=-1)  # [..., V] descending
+    mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+    # The smallest probability still inside the nucleus; ties with it stay in too.
+    in_nucleus = mass_before < config.top_p
+    threshold = jnp.min(jnp.where(in_nucleus, sorted_probs, jnp.inf), axis=-1, keepdims=True)
+    probs = jnp.where(probs >= threshold, probs, 0.0)
+    probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+  return probs
+
+
+def sample(rng: jax.Array, probs: jax.Array, greedy: bool) -> jax.Array:
+  """Draws one token per row from probs [..., V]; argmax when greedy. Returns [...] int32."""
+  if greedy:
+    return jnp.argmax(probs, axis=-1).astype(jnp.int32)
+  return jax.random.categorical(rng, jnp.log(probs), axis=-1).astype(jnp.int32)

@@ -1,0 +1,62 @@
+"""The paper's formulas: tokens per target call, walltime speedup, best gamma (PAPER.md).
+
+alpha is the acceptance rate E[beta], c the draft step cost over the target step cost,
+and v(K) the cost of a K-token target call over a 1-token call (1 in the paper's ideal).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+
+def _check(alpha: float, gamma: int) -> None:
+  if not 0.0 <= alpha <= 1.0:
+    raise ValueError(f'alpha must be in [0, 1], got {alpha}')
+  if not isinstance(gamma, int) or gamma < 1:
+    raise ValueError(f'gamma must be an integer >= 1, got {gamma!r}')
+
+
+def expected_tokens_per_call(alpha: float, gamma: int) -> float:
+  """E = (1 - alpha^(G+1)) / (1 - alpha): mean tokens produced per target call."""
+  _check(alpha, gamma)
+  if alpha == 1.0:
+    return float(gamma + 1)
+  return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
+  """S = E / (G * c + v): walltime speedup over the target alone.
+
+  Args:
+    alpha: acceptance rate in [0, 1].
+    gamma: G >= 1, draft tokens per target call.
+    c: draft step time / target step time.
+    v: time of the (G+1)-token verify call / time of a 1-token target call.
+
+  Returns:
+    The predicted speedup factor.
+  """
+  if c < 0 or v <= 0:
+    raise ValueError(f'c must be >= 0 and v > 0, got c={c}, v={v}')
+  return expected_tokens_per_call(alpha, gamma) / (gamma * c + v)
+
+
+def arithmetic_factor(alpha: float, gamma: int, c_hat: float) -> float:
+  """Total arithmetic relative to the target alone: (1-a)(G c_hat + G + 1) / (1 - a^(G+1))."""
+  return (gamma * c_hat + gamma + 1) / expected_tokens_per_call(alpha, gamma)
+
+
+def best_gamma(alpha: float, c: float, verify_cost: Optional[Callable[[int], float]] = None,
+               gammas: Sequence[int] = tuple(range(1, 33))) -> int:
+  """The gamma that maximises the predicted speedup.
+
+  Args:
+    alpha: acceptance rate.
+    c: draft cost ratio.
+    verify_cost: v(K) for a K-token target call (K = G + 1); 1 for every K when None.
+    gammas: the candidates.
+
+  Returns:
+    The best gamma (the smallest among equals).
+  """
+  v = verify_cost or (lambda k: 1.0)
+  return max(gammas, key=lambda g: (speedup(alpha, g, c, v(g + 1)), -g))
