@@ -1,0 +1,62 @@
+"""The accept / correct step alone, on hand-written distributions."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+from specjax import acceptance
+
+P = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]], np.float32)  # [G+1, V]
+Q = np.array([[0.2, 0.3, 0.5], [0.4, 0.4, 0.2]], np.float32)  # [G, V]
+
+
+def _run(num, seed=0):
+  kx, ka = jax.random.split(jax.random.PRNGKey(seed))
+  x = jax.random.categorical(kx, jnp.log(jnp.asarray(Q))[None], axis=-1,
+                             shape=(num, 2)).astype(jnp.int32)  # [B, G] drawn from q
+  p = jnp.broadcast_to(jnp.asarray(P), (num,) + P.shape)
+  q = jnp.broadcast_to(jnp.asarray(Q), (num,) + Q.shape)
+  return x, acceptance.accept(p, q, x, ka, greedy=False)
+
+
+def test_accepted_count_follows_beta():
+  num = 200_000
+  _, res = _run(num)
+  beta = np.minimum(P[:2], Q).sum(-1, dtype=np.float64)  # [G]
+  expected = np.array([1 - beta[0], beta[0] * (1 - beta[1]), beta[0] * beta[1]])
+  observed = np.bincount(np.asarray(res.n), minlength=3)
+  assert stats.chisquare(observed, expected.astype(np.float64) / expected.sum() * num).pvalue > 1e-3
+  np.testing.assert_allclose(np.asarray(res.beta[0]), beta, rtol=1e-6)
+  # accepted is the prefix mask of length n
+  np.testing.assert_array_equal(np.asarray(res.accepted).sum(1), np.asarray(res.n))
+
+
+def test_first_emitted_token_follows_p():
+  num = 200_000
+  x, res = _run(num, seed=1)
+  n, y = np.asarray(res.n), np.asarray(res.y)
+  first = np.where(n >= 1, np.asarray(x)[:, 0], y)
+  assert stats.chisquare(np.bincount(first, minlength=3), P[0].astype(np.float64) / P[0].sum(dtype=np.float64) * num).pvalue > 1e-3
+  # after a full acceptance the bonus token comes from p[G]
+  bonus = y[n == 2]
+  assert stats.chisquare(np.bincount(bonus, minlength=3), P[2].astype(np.float64) / P[2].sum(dtype=np.float64) * len(bonus)).pvalue > 1e-3
+
+
+def test_greedy_is_exact_match():
+  p = jax.nn.one_hot(jnp.array([[2, 0, 1]]), 3)
+  q = jax.nn.one_hot(jnp.array([[2, 1]]), 3)
+  res = acceptance.accept(p, q, jnp.array([[2, 1]]), jax.random.PRNGKey(0), greedy=True)
+  assert int(res.n[0]) == 1 and int(res.y[0]) == 0
+  res = acceptance.accept(p, p[:, :2], jnp.array([[2, 0]]), jax.random.PRNGKey(0), greedy=True)
+  assert int(res.n[0]) == 2 and int(res.y[0]) == 1
+
+
+def test_no_nan_when_residual_underflows():
+  p = jnp.asarray(P)[None]
+  res = acceptance.accept(p, p[:, :2], jnp.array([[0, 1]]), jax.random.PRNGKey(0), False)
+  assert int(res.n[0]) == 2  # p == q accepts every token
+  assert np.all(np.isfinite(np.asarray(res.beta)))
+  # q slightly above p everywhere it matters: residual ~ 0 but a valid token comes out
+  q = jnp.asarray(P[:2] + 1e-9)[None]
+  res = acceptance.accept(p, q, jnp.array([[0, 1]]), jax.random.PRNGKey(1), False)
+  assert 0 <= int(res.y[0]) < 3
