@@ -80,7 +80,16 @@ t5_tiny_draft = T5Config(vocab_size=32, emb_dim=8, num_heads=2, num_encoder_laye
 t5_1_0_tiny = t5_tiny.replace(mlp_activations=('relu',), logits_via_embedding=True,
                               name='t5_1_0_tiny')
 
+# The bundled English-German demo pair (specjax/assets/demo): a 4000-piece SentencePiece
+# vocabulary padded to 4096 logits. The draft's decode step is under a tenth of the
+# target's multiply-adds (logits 96x4096 + one narrow layer vs 256x4096 + four layers).
+demo_target = T5Config(vocab_size=4096, emb_dim=256, num_heads=4, num_encoder_layers=3,
+                       num_decoder_layers=4, head_dim=64, mlp_dim=1024, name='demo_target')
+demo_draft = T5Config(vocab_size=4096, emb_dim=96, num_heads=3, num_encoder_layers=2,
+                      num_decoder_layers=1, head_dim=32, mlp_dim=256, name='demo_draft')
+
 T5_CONFIGS = {c.name: c for c in (
+    demo_target, demo_draft,
     t5_small, t5_base, t5_large, t5_xl, t5_xxl,
     t5_1_0_small, t5_1_0_base, t5_1_0_large, t5_1_0_3b, t5_1_0_11b,
     t5_tiny, t5_tiny_draft, t5_1_0_tiny)}

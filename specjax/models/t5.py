@@ -1,0 +1,270 @@
+"""T5 (v1.0 and v1.1) encoder-decoder satisfying the model contract of `base.py`.
+
+Pure jax functions over a nested params dict with T5X's exact names (T5X checkpoints and
+`hf_t5` conversions load without renaming). Shape letters: B batch, S encoder length,
+T decoder cache length, K tokens in this call, N heads, H head dim, D model dim, F mlp
+dim, V vocab.
+
+Encoded pytree (`encode`):
+  {'mask': [B, S] bool (input token != 0),
+   'cross': {'layers_{i}': {'k': [B, S, N, H], 'v': [B, S, N, H]}}}  # per decoder layer
+Cache pytree (`init_cache`):
+  {'layers_{i}': {'k': [B, T, N, H], 'v': [B, T, N, H]}}  # decoder self-attention
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from specjax.models import base
+from specjax.models import t5_layers as layers
+from specjax.models.t5_config import T5Config
+
+PyTree = Any
+_init = jax.nn.initializers
+
+
+class _ParamSpec(NamedTuple):
+  """One parameter: its shape, T5X logical axis names and initializer."""
+  shape: Tuple[int, ...]
+  axes: Tuple[str, ...]
+  init: Callable
+
+
+def _is_spec(x) -> bool:
+  return isinstance(x, _ParamSpec)
+
+
+def _param_specs(cfg: T5Config) -> PyTree:
+  """The whole T5X parameter tree as _ParamSpec leaves (T5X_NOTES 3.3)."""
+  d, nh, f, v = cfg.emb_dim, cfg.num_heads * cfg.head_dim, cfg.mlp_dim, cfg.vocab_size
+  fan_in_normal = _init.variance_scaling(1.0, 'fan_in', 'normal')
+  # T5X divides the query init by sqrt(head_dim) instead of scaling scores at runtime.
+  query_init = _init.variance_scaling(1.0 / cfg.head_dim, 'fan_in', 'normal')
+  mlp_init = _init.variance_scaling(1.0, 'fan_in', 'truncated_normal')
+  ones = _ParamSpec((d,), ('embed',), _init.ones)
+
+  def attention():
+    return {'query': {'kernel': _ParamSpec((d, nh), ('embed', 'joined_kv'), query_init)},
+            'key': {'kernel': _ParamSpec((d, nh), ('embed', 'joined_kv'), fan_in_normal)},
+            'value': {'kernel': _ParamSpec((d, nh), ('embed', 'joined_kv'), fan_in_normal)},
+            'out': {'kernel': _ParamSpec((nh, d), ('joined_kv', 'embed'), fan_in_normal)}}
+
+  def mlp():
+    p = {name: {'kernel': _ParamSpec((d, f), ('embed', 'mlp'), mlp_init)}
+         for name in layers.mlp_kernel_names(cfg.mlp_activations)}
+    p['wo'] = {'kernel': _ParamSpec((f, d), ('mlp', 'embed'), mlp_init)}
+    return p
+
+  # Fan-in over the buckets, as flax's default embedding init gives T5X.
+  relpos_init = _init.variance_scaling(1.0, 'fan_in', 'normal', in_axis=-1, out_axis=-2)
+
+  def relpos():
+    return {'rel_embedding': _ParamSpec(
+        (cfg.num_heads, cfg.relative_attention_num_buckets), ('heads', 'relpos_buckets'),
+        relpos_init)}
+
+  encoder = {'relpos_bias': relpos(), 'encoder_norm': {'scale': ones}}
+  for i in range(cfg.num_encoder_layers):
+    encoder[f'layers_{i}'] = {
+        'pre_attention_layer_norm': {'scale': ones}, 'attention': attention(),
+        'pre_mlp_layer_norm': {'scale': ones}, 'mlp': mlp()}
+  decoder = {'relpos_bias': relpos(), 'decoder_norm': {'scale': ones}}
+  for i in range(cfg.num_decoder_layers):
+    decoder[f'layers_{i}'] = {
+        'pre_self_attention_layer_norm': {'scale': ones}, 'self_attention': attention(),
+        'pre_cross_attention_layer_norm': {'scale': ones},
+        'encoder_decoder_attention': attention(),
+        'pre_mlp_layer_norm': {'scale': ones}, 'mlp': mlp()}
+  if not cfg.logits_via_embedding:
+    decoder['logits_dense'] = {'kernel': _ParamSpec((d, v), ('embed', 'vocab'), mlp_init)}
+  return {'token_embedder': {'embedding': _ParamSpec((v, d), ('vocab', 'embed'),
+                                                     _init.normal(1.0))},
+          'encoder': encoder, 'decoder': decoder}
+
+
+@dataclasses.dataclass(frozen=True)
+class T5:
+  """A T5 model: static and hashable; params are passed to every call.
+
+  Attributes:
+    config: the architecture (see `t5_config.T5_CONFIGS` for presets).
+  """
+
+  config: T5Config
+
+  @property
+  def vocab_size(self) -> int:
+    """V, the width of the logits."""
+    return self.config.vocab_size
+
+  @property
+  def _dtype(self):
+    return jnp.dtype(self.config.dtype)
+
+  def init(self, rng: jax.Array) -> PyTree:
+    """Random float32 params in T5X's tree layout and initializers.
+
+    Args:
+      rng: a PRNG key.
+
+    Returns:
+      Nested dict of float32 arrays, e.g. params['encoder']['layers_0']['attention']
+      ['query']['kernel'] [D, N*H]. Use under `jax.eval_shape` to get shapes for free.
+    """
+    specs, treedef = jax.tree.flatten(_param_specs(self.config), is_leaf=_is_spec)
+    keys = jax.random.split(rng, len(specs))
+    # One vmapped draw per distinct (shape, initializer) instead of one per leaf: XLA's
+    # compile time grows with the number of RNG calls (about 0.3 s each on CPU), and
+    # grouping makes that number independent of depth.
+    groups = collections.defaultdict(list)
+    for i, spec in enumerate(specs):
+      groups[(spec.shape, spec.init)].append(i)
+    leaves = [None] * len(specs)
+    for (shape, init), idx in groups.items():
+      draw = jax.vmap(lambda key, init=init, shape=shape: init(key, shape, jnp.float32))
+      values = draw(keys[jnp.asarray(idx)])  # [n, *shape]
+      for j, i in enumerate(idx):
+        leaves[i] = values[j]
+    return jax.tree.unflatten(treedef, leaves)
+
+  def param_axes(self) -> PyTree:
+    """Same tree as `init`, each leaf a tuple of T5X logical axis names (for sharding)."""
+    return jax.tree.map(lambda s: s.axes, _param_specs(self.config), is_leaf=_is_spec)
+
+  def _embed(self, params: PyTree, tokens: jax.Array) -> jax.Array:
+    """tokens [B, K] -> [B, K, D] activations."""
+    return jnp.take(params['token_embedder']['embedding'], tokens, axis=0).astype(self._dtype)
+
+  def encode(self, params: PyTree, inputs: jax.Array) -> PyTree:
+    """Runs the encoder once and projects every decoder layer's cross-attention K/V.
+
+    Args:
+      params: from `init` or a checkpoint.
+      inputs: [B, S] int32 tokens, right-padded with 0 (padding is masked).
+
+    Returns:
+      {'mask': [B, S] bool, 'cross': {'layers_{i}': {'k', 'v': [B, S, N, H]}}}.
+    """
+    cfg, enc = self.config, params['encoder']
+    mask = inputs != 0  # [B, S]
+    key_mask = mask[:, None, :]  # [B, 1, S]: padding keys hidden from every query
+    bias = layers.encoder_position_bias(
+        enc['relpos_bias']['rel_embedding'], inputs.shape[1],
+        cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
+    x = self._embed(params, inputs)  # [B, S, D]
+    for i in range(cfg.num_encoder_layers):
+      p = enc[f'layers_{i}']
+      h = layers.rms_norm(x, p['pre_attention_layer_norm']['scale'])
+      att = p['attention']
+      q, k, v = (layers.project_heads(h, att[n]['kernel'], cfg.num_heads)
+                 for n in ('query', 'key', 'value'))  # [B, S, N, H]
+      x = x + layers.merge_heads(layers.dot_product_attention(q, k, v, key_mask, bias),
+                                 att['out']['kernel'])
+      h = layers.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
+      x = x + layers.mlp(h, p['mlp'], cfg.mlp_activations)
+    x = layers.rms_norm(x, enc['encoder_norm']['scale'])  # [B, S, D]
+    cross = {}
+    for i in range(cfg.num_decoder_layers):
+      att = params['decoder'][f'layers_{i}']['encoder_decoder_attention']
+      cross[f'layers_{i}'] = {
+          'k': layers.project_heads(x, att['key']['kernel'], cfg.num_heads),
+          'v': layers.project_heads(x, att['value']['kernel'], cfg.num_heads)}
+    return {'mask': mask, 'cross': cross}
+
+  def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """The decoder start token 0 for every row: tokens [B, 1] and lengths [B] (all 1)."""
+    return base.encoder_decoder_prompt(inputs, start_id=0)
+
+  def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> PyTree:
+    """Zero self-attention cache {'layers_{i}': {'k', 'v': [B, T, N, H]}}.
+
+    Args:
+      batch: B.
+      max_len: T, the number of decoder positions the cache holds.
+      dtype: cache dtype; defaults to the activation dtype `config.dtype`.
+    """
+    cfg = self.config
+    shape = (batch, max_len, cfg.num_heads, cfg.head_dim)
+    dtype = jnp.dtype(dtype or cfg.dtype)
+    return {f'layers_{i}': {'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
+            for i in range(cfg.num_decoder_layers)}
+
+  def decode(self, params: PyTree, encoded: PyTree, cache: PyTree, tokens: jax.Array,
+             positions: jax.Array) -> Tuple[jax.Array, PyTree]:
+    """Scores K decoder tokens per row and writes their K/V into the cache.
+
+    One code path for a single step (K = 1), a verify call (K = gamma + 1) and a prefill.
+
+    Args:
+      params: model params.
+      encoded: what `encode` returned.
+      cache: from `init_cache` or a previous `decode`, [B, T, N, H] per layer.
+      tokens: [B, K] int32, the tokens at positions positions[b] .. positions[b]+K-1.
+      positions: [B] int32 first position per row; positions[b] + K <= T is the caller's
+        job (a write past the end would be clamped by dynamic_update_slice).
+
+    Returns:
+      logits [B, K, V] float32 (next-token logits after each token) and the new cache.
+      Queries see keys at positions <= their own, so entries beyond are ignored.
+    """
+    cfg, dec = self.config, params['decoder']
+    num_tokens, max_len = tokens.shape[1], cache['layers_0']['k'].shape[1]
+    positions = positions.astype(jnp.int32)
+    self_mask = base.causal_mask(positions, num_tokens, max_len)  # [B, K, T]
+    bias = layers.decoder_position_bias(
+        dec['relpos_bias']['rel_embedding'], positions, num_tokens, max_len,
+        cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
+    cross_mask = encoded['mask'][:, None, :]  # [B, 1, S]
+    x = self._embed(params, tokens)  # [B, K, D]
+    new_cache = {}
+    for i in range(cfg.num_decoder_layers):
+      name, p = f'layers_{i}', dec[f'layers_{i}']
+      h = layers.rms_norm(x, p['pre_self_attention_layer_norm']['scale'])
+      att = p['self_attention']
+      q, k, v = (layers.project_heads(h, att[n]['kernel'], cfg.num_heads)
+                 for n in ('query', 'key', 'value'))  # [B, K, N, H]
+      k_all = base.write_cache(cache[name]['k'], k, positions)  # [B, T, N, H]
+      v_all = base.write_cache(cache[name]['v'], v, positions)
+      new_cache[name] = {'k': k_all, 'v': v_all}
+      y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
+                                       self_mask, bias)
+      x = x + layers.merge_heads(y, att['out']['kernel'])
+      h = layers.rms_norm(x, p['pre_cross_attention_layer_norm']['scale'])
+      att, kv = p['encoder_decoder_attention'], encoded['cross'][name]
+      q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)
+      y = layers.dot_product_attention(q, kv['k'], kv['v'], cross_mask)
+      x = x + layers.merge_heads(y, att['out']['kernel'])
+      h = layers.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
+      x = x + layers.mlp(h, p['mlp'], cfg.mlp_activations)
+    y = layers.rms_norm(x, dec['decoder_norm']['scale']).astype(jnp.float32)  # [B, K, D]
+    if cfg.logits_via_embedding:
+      # Tied (v1.0): scale by 1/sqrt(D) as T5X's embedding.attend path and HF do.
+      logits = jnp.einsum('bkd,vd->bkv', y, params['token_embedder']['embedding'])
+      logits = logits / math.sqrt(cfg.emb_dim)
+    else:
+      logits = jnp.einsum('bkd,dv->bkv', y, dec['logits_dense']['kernel'])
+    return logits, new_cache
+
+  def logits(self, params: PyTree, inputs: jax.Array,
+             decoder_input_tokens: jax.Array) -> jax.Array:
+    """Teacher-forced logits through the decode path (for training and scoring).
+
+    Args:
+      params: model params.
+      inputs: [B, S] int32 encoder tokens (0 = padding).
+      decoder_input_tokens: [B, T] int32, starting with the start token 0.
+
+    Returns:
+      [B, T, V] float32: position t predicts decoder token t + 1.
+    """
+    batch, length = decoder_input_tokens.shape
+    cache = self.init_cache(batch, length)
+    logits, _ = self.decode(params, self.encode(params, inputs), cache,
+                            decoder_input_tokens, jnp.zeros((batch,), jnp.int32))
+    return logits

@@ -1,0 +1,145 @@
+"""T5 building blocks as pure functions over slices of the T5X params dict.
+
+Shape letters: B batch, S encoder length, T decoder cache length, K tokens in this call,
+N heads, H head dim, D model dim, F mlp dim, V vocab.
+
+Kernels are stored 2-D as in T5X checkpoints ([D, N*H] for query/key/value, [N*H, D] for
+out); they are reshaped (free) to expose the heads inside the einsums.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Dict, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PyTree = dict
+LAYER_NORM_EPS = 1e-6
+# Masked scores are replaced (not added to), so any finite, very negative value works.
+_MASKED = float(jnp.finfo(jnp.float32).min)
+
+# T5X's 'gelu' is flax's default tanh approximation, i.e. HF's `gelu_new`.
+ACTIVATIONS: Dict[str, Callable[[jax.Array], jax.Array]] = {
+    'relu': jax.nn.relu,
+    'gelu': functools.partial(jax.nn.gelu, approximate=True),
+    'linear': lambda x: x,
+}
+
+
+def mlp_kernel_names(activations: Sequence[str]) -> list:
+  """T5X names the input kernels `wi` for one activation and `wi_0`, `wi_1`, ... for more."""
+  if len(activations) == 1:
+    return ['wi']
+  return [f'wi_{i}' for i in range(len(activations))]
+
+
+def rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+  """T5 LayerNorm: x / rms(x) * scale, no mean and no bias. x [..., D] -> same shape/dtype."""
+  # The statistics run in float32 even for bfloat16 activations, as in T5X and HF.
+  x32 = x.astype(jnp.float32)
+  var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)  # [..., 1]
+  return (x32 * jax.lax.rsqrt(var + LAYER_NORM_EPS) * scale).astype(x.dtype)
+
+
+def project_heads(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
+  """x [B, K, D] times a [D, N*H] kernel -> [B, K, N, H] in x's dtype."""
+  d, nh = kernel.shape
+  kernel = kernel.reshape(d, num_heads, nh // num_heads).astype(x.dtype)
+  return jnp.einsum('bkd,dnh->bknh', x, kernel)
+
+
+def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
+  """x [B, K, N, H] times the [N*H, D] out kernel -> [B, K, D]."""
+  _, n, h = x.shape[1:]
+  kernel = kernel.reshape(n, h, kernel.shape[-1]).astype(x.dtype)
+  return jnp.einsum('bknh,nhd->bkd', x, kernel)
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                          bias: jax.Array | None = None) -> jax.Array:
+  """Unscaled softmax attention (T5 folds 1/sqrt(H) into the query init).
+
+  Args:
+    q: [B, K, N, H] queries.
+    k: [B, T, N, H] keys (T is S for cross attention).
+    v: [B, T, N, H] values.
+    mask: [B, K, T] or [B, 1, T] bool, True where the query may see the key.
+    bias: optional [B or 1, N, K, T] float32 relative position bias.
+
+  Returns:
+    [B, K, N, H] in v's dtype.
+  """
+  # Scores and softmax in float32 so that bfloat16 activations keep exact-ish ranking.
+  scores = jnp.einsum('bknh,btnh->bnkt', q, k, preferred_element_type=jnp.float32)
+  if bias is not None:
+    scores = scores + bias
+  scores = jnp.where(mask[:, None, :, :], scores, _MASKED)  # [B, N, K, T]
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  return jnp.einsum('bnkt,btnh->bknh', probs, v)
+
+
+def mlp(x: jax.Array, params: PyTree, activations: Sequence[str]) -> jax.Array:
+  """T5 MLP: the product of act_i(x @ wi_i), then wo. x [B, K, D] -> [B, K, D]."""
+  hidden = None
+  for name, act in zip(mlp_kernel_names(activations), activations):
+    h = ACTIVATIONS[act](jnp.einsum('bkd,df->bkf', x, params[name]['kernel'].astype(x.dtype)))
+    hidden = h if hidden is None else hidden * h  # [B, K, F]
+  return jnp.einsum('bkf,fd->bkd', hidden, params['wo']['kernel'].astype(x.dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _bucket_table(bidirectional: bool, num_buckets: int, max_distance: int) -> np.ndarray:
+  """Bucket of |distance| for distances 0..max_distance (beyond that: the last one)."""
+  if bidirectional:
+    num_buckets //= 2
+  max_exact = num_buckets // 2
+  n = np.arange(max_distance + 1)
+  # float32 numpy reproduces Mesh TF / HF's float32 log exactly, including at the
+  # boundaries (16, 32, 64, ...) where the log ratio is an integer.
+  with np.errstate(divide='ignore'):
+    large = (np.log(n.astype(np.float32) / np.float32(max_exact))
+             / np.float32(math.log(max_distance / max_exact))
+             * np.float32(num_buckets - max_exact))
+  large = max_exact + np.where(n < max_exact, 0, large).astype(np.int64)
+  return np.where(n < max_exact, n, np.minimum(large, num_buckets - 1)).astype(np.int32)
+
+
+def relative_position_bucket(relative_position, bidirectional: bool, num_buckets: int,
+                             max_distance: int):
+  """T5's bucket of relative_position = key_pos - query_pos (numpy or jax int array).
+
+  Bidirectional (encoder): half the buckets for keys after the query. Unidirectional
+  (decoder): keys after the query fall in bucket 0 (they are masked anyway).
+  """
+  xp = jnp if isinstance(relative_position, jax.Array) else np
+  table = xp.asarray(_bucket_table(bidirectional, num_buckets, max_distance))
+  if bidirectional:
+    offset = xp.where(relative_position > 0, num_buckets // 2, 0)
+    distance = xp.abs(relative_position)
+  else:
+    offset = 0
+    distance = xp.maximum(-relative_position, 0)
+  distance = xp.minimum(distance, max_distance)
+  return (offset + xp.take(table, distance)).astype(xp.int32)
+
+
+def encoder_position_bias(rel_embedding: jax.Array, length: int, num_buckets: int,
+                          max_distance: int) -> jax.Array:
+  """Bidirectional bias [1, N, S, S] float32 from rel_embedding [N, buckets]."""
+  pos = np.arange(length)
+  buckets = relative_position_bucket(pos[None, :] - pos[:, None], True, num_buckets,
+                                     max_distance)  # [S, S], static
+  return jnp.take(rel_embedding, jnp.asarray(buckets), axis=1)[None].astype(jnp.float32)
+
+
+def decoder_position_bias(rel_embedding: jax.Array, positions: jax.Array, num_tokens: int,
+                          max_len: int, num_buckets: int, max_distance: int) -> jax.Array:
+  """Causal bias [B, N, K, T] float32 for queries at positions[b] + k vs keys 0..T-1."""
+  query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
+  rel = jnp.arange(max_len)[None, None, :] - query_pos[:, :, None]  # [B, K, T]
+  buckets = relative_position_bucket(rel, False, num_buckets, max_distance)
+  bias = jnp.take(rel_embedding.T, buckets, axis=0)  # [B, K, T, N]
+  return jnp.transpose(bias, (0, 3, 1, 2)).astype(jnp.float32)
