@@ -1,0 +1,383 @@
+"""Load a T5 and its params from any checkpoint (T5X, Hugging Face, orbax); the vocabulary.
+
+`load_model` is the one entry point: it resolves the config (a registry name, a T5Config, or
+the checkpoint's own), detects the format, checks the tree against the config's shapes
+(`jax.eval_shape(model.init, key)`) and returns float32 params. `save_params` writes the
+orbax format with a `specjax.json` that lets `load_model(None, path)` rebuild the config.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+
+from specjax import t5x_checkpoint
+from specjax.models.t5 import T5
+from specjax.models.t5_config import T5_CONFIGS, T5Config
+
+PyTree = Any
+CONFIG_FILE = 'specjax.json'
+_HF_WEIGHTS = ('model.safetensors', 'pytorch_model.bin', 'model.safetensors.index.json',
+               'pytorch_model.bin.index.json')
+_ORBAX_MARKERS = (CONFIG_FILE, '_CHECKPOINT_METADATA', '_METADATA', 'manifest.ocdbt')
+
+
+def _orbax():
+  # Imported lazily: orbax is slow to import and only these two paths need it.
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  return ocp
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def resolve_config(name_or_config: Union[str, T5Config]) -> T5Config:
+  """A registry name (e.g. 't5_small') or a T5Config -> the T5Config.
+
+  Raises:
+    ValueError: the name is not in `T5_CONFIGS` (the message lists the known ones).
+  """
+  if isinstance(name_or_config, T5Config):
+    return name_or_config
+  if name_or_config not in T5_CONFIGS:
+    raise ValueError(f'unknown model config {name_or_config!r}; pass one of '
+                     f'{", ".join(sorted(T5_CONFIGS))} or a T5Config')
+  return T5_CONFIGS[name_or_config]
+
+
+def _named(config: T5Config) -> T5Config:
+  """Gives an ad-hoc config the name of the preset it equals, if any."""
+  for name, preset in T5_CONFIGS.items():
+    if preset == config.replace(name=name, dtype=preset.dtype):
+      return config.replace(name=name)
+  return config
+
+
+def config_from_params(params: PyTree) -> T5Config:
+  """Infers the architecture from a T5X-named param tree (e.g. a T5X checkpoint's target).
+
+  The activation of a single-`wi` MLP is taken to be ReLU (v1.0) and of `wi_0`/`wi_1` to
+  be gated GELU (v1.1), as in every public checkpoint; the relative-position max distance
+  is not stored and is taken as 128.
+
+  Args:
+    params: nested dict of arrays (or anything with `.shape`) with T5X names.
+
+  Returns:
+    The T5Config, named after the registry preset it equals when there is one.
+  """
+  enc, dec = params['encoder'], params['decoder']
+  heads, buckets = enc['relpos_bias']['rel_embedding'].shape
+  vocab, emb = params['token_embedder']['embedding'].shape
+  mlp = enc['layers_0']['mlp']
+  gated = 'wi_0' in mlp
+  config = T5Config(
+      vocab_size=vocab, emb_dim=emb, num_heads=heads,
+      num_encoder_layers=sum(k.startswith('layers_') for k in enc),
+      num_decoder_layers=sum(k.startswith('layers_') for k in dec),
+      head_dim=enc['layers_0']['attention']['query']['kernel'].shape[1] // heads,
+      mlp_dim=(mlp['wi_0'] if gated else mlp['wi'])['kernel'].shape[1],
+      mlp_activations=('gelu', 'linear') if gated else ('relu',),
+      logits_via_embedding='logits_dense' not in dec,
+      relative_attention_num_buckets=buckets)
+  return _named(config)
+
+
+def _config_to_json(config: T5Config) -> str:
+  return json.dumps({'config': dataclasses.asdict(config)}, indent=2)
+
+
+def _config_from_json(text: str) -> T5Config:
+  fields = {f.name for f in dataclasses.fields(T5Config)}
+  stored = json.loads(text)['config']
+  return T5Config(**{k: tuple(v) if isinstance(v, list) else v
+                     for k, v in stored.items() if k in fields})
+
+
+def _label(config: T5Config) -> str:
+  return f'config {config.name}' if config.name else 'the given config'
+
+
+def check_params(found: PyTree, expected: PyTree, config: T5Config) -> None:
+  """Checks that a checkpoint's tree has the config's keys and shapes.
+
+  Args:
+    found: the checkpoint's params (arrays or anything with `.shape`).
+    expected: the config's params, e.g. `jax.eval_shape(model.init, key)`.
+    config: the config (named in the message).
+
+  Raises:
+    ValueError: one line naming up to three mismatching keys, both shapes, and the fix.
+  """
+  flat_found = traverse_util.flatten_dict(found, sep='/')
+  flat_expected = traverse_util.flatten_dict(expected, sep='/')
+  problems = []
+  for key in sorted(set(flat_found) | set(flat_expected)):
+    if key not in flat_found:
+      problems.append(f'{key} is missing from the checkpoint')
+    elif key not in flat_expected:
+      problems.append(f'{key} is in the checkpoint but not in the config')
+    else:
+      have, want = tuple(flat_found[key].shape), tuple(flat_expected[key].shape)
+      if have != want:
+        problems.append(f'{key} has shape {have} in the checkpoint, {want} in the config')
+  if problems:
+    more = f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''
+    raise ValueError(f'checkpoint does not match {_label(config)}: '
+                     f'{", ".join(problems[:3])}{more}; '
+                     'pass the config the checkpoint was trained with')
+
+
+# ----------------------------------------------------------------------------- formats
+
+
+def detect_format(path: str) -> str:
+  """Which reader a checkpoint needs.
+
+  Args:
+    path: a local directory or file, or a gs:// URL (always taken as T5X).
+
+  Returns:
+    't5x' (a msgpack `checkpoint` file, a dir holding one, or a model_dir with
+    `checkpoint_<step>/` subdirs), 'hf' (config.json plus model.safetensors or
+    pytorch_model.bin) or 'orbax' (written by `save_params`, or any orbax checkpoint).
+
+  Raises:
+    FileNotFoundError: `path` does not exist.
+    ValueError: it exists but is none of the above.
+  """
+  path = os.fspath(path).rstrip('/')
+  if path.startswith('gs://'):
+    return 't5x'
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'checkpoint path {path} does not exist; pass an existing T5X, '
+                            'Hugging Face or orbax checkpoint (--checkpoint)')
+  if os.path.isfile(path):
+    if os.path.basename(path) == 'checkpoint':
+      return 't5x'
+    names = []
+  else:
+    names = os.listdir(path)
+  if 'checkpoint' in names and os.path.isfile(os.path.join(path, 'checkpoint')):
+    return 't5x'
+  if 'config.json' in names and any(w in names for w in _HF_WEIGHTS):
+    return 'hf'
+  if any(m in names for m in _ORBAX_MARKERS):
+    return 'orbax'
+  if t5x_checkpoint.find_steps(path):
+    return 't5x'
+  raise ValueError(
+      f'cannot tell the checkpoint format of {path}: pass a T5X checkpoint (a msgpack '
+      '"checkpoint" file or checkpoint_<step>/ dirs), a Hugging Face dir (config.json + '
+      'model.safetensors or pytorch_model.bin) or a dir written by save_params')
+
+
+def save_params(path: str, params: PyTree, config: Optional[T5Config] = None,
+                force: bool = False) -> str:
+  """Saves params with orbax (and the config in `<path>/specjax.json`).
+
+  Args:
+    path: the checkpoint directory to create (local or any path orbax accepts).
+    params: the param tree (jax or numpy arrays; dtypes are kept).
+    config: recorded so that `load_model(None, path)` rebuilds the model.
+    force: overwrite an existing checkpoint at `path`.
+
+  Returns:
+    The absolute checkpoint path.
+  """
+  path = os.fspath(path)
+  path = path if '://' in path else os.path.abspath(path)
+  ocp = _orbax()
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(path, params, force=force)
+  if config is not None:
+    t5x_checkpoint.write_bytes(f'{path}/{CONFIG_FILE}', _config_to_json(config).encode())
+  return path
+
+
+def _orbax_shapes(path: str) -> PyTree:
+  """The stored tree with `jax.ShapeDtypeStruct` leaves, read from orbax's metadata."""
+  with _orbax().StandardCheckpointer() as checkpointer:
+    meta = checkpointer.metadata(path)
+  tree = getattr(meta, 'item_metadata', meta)
+  tree = getattr(tree, 'tree', tree)
+  return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree,
+                      is_leaf=lambda m: hasattr(m, 'shape'))
+
+
+def load_params_orbax(path: str, abstract_params: Optional[PyTree] = None) -> PyTree:
+  """Restores params saved by `save_params` (or any orbax StandardCheckpointer save).
+
+  Args:
+    path: the checkpoint directory.
+    abstract_params: tree of `jax.ShapeDtypeStruct` (with shardings to restore sharded);
+      leaves are cast to its dtypes. None restores the stored tree as saved.
+
+  Returns:
+    The param tree.
+  """
+  path = os.fspath(path)
+  path = path if '://' in path else os.path.abspath(path)
+  with _orbax().StandardCheckpointer() as checkpointer:
+    return checkpointer.restore(path, abstract_params)
+
+
+# ----------------------------------------------------------------------------- load_model
+
+
+def _read_checkpoint(fmt: str, path: str, config: Optional[T5Config]
+                     ) -> Tuple[T5Config, PyTree]:
+  """(config, params) from a checkpoint; `config` None means the checkpoint's own."""
+  if fmt == 't5x':
+    params = t5x_checkpoint.read_t5x_checkpoint(path)
+    return config or config_from_params(params), params
+  if fmt == 'hf':
+    from specjax.models import hf_t5  # pylint: disable=g-import-not-at-top
+    hf_config, params = hf_t5.load_hf_dir(path)
+    return config or _named(hf_config), params
+  if config is None:
+    text = t5x_checkpoint.read_bytes(f'{path.rstrip("/")}/{CONFIG_FILE}')
+    if text is None:
+      raise ValueError(f'orbax checkpoint {path} has no {CONFIG_FILE}; pass the model '
+                       'config name it was saved with')
+    config = _config_from_json(text.decode())
+  return config, None
+
+
+def load_model(name_or_config: Union[str, T5Config, None] = None,
+               checkpoint: Optional[str] = None, dtype: Any = None,
+               shardings: Optional[PyTree] = None) -> Tuple[T5, PyTree]:
+  """Builds a T5 and its params from a registry name, a config and/or a checkpoint.
+
+  Args:
+    name_or_config: a `T5_CONFIGS` name, a T5Config, or None to take the config from the
+      checkpoint (HF config.json, the specjax.json of `save_params`, or the shapes of a
+      T5X tree).
+    checkpoint: a T5X model_dir / checkpoint_<step> dir / checkpoint file (local or gs://),
+      a Hugging Face dir, or an orbax dir from `save_params`; None gives random params
+      from `model.init(jax.random.PRNGKey(0))`.
+    dtype: the activation (and cache) dtype, e.g. 'bfloat16'; sets `config.dtype`. Params
+      stay float32 whatever the checkpoint stores.
+    shardings: optional tree of `jax.sharding.Sharding` matching the params; by default
+      params land on the default device.
+
+  Returns:
+    (model, params): params is a nested dict of float32 jax arrays with T5X names.
+
+  Raises:
+    FileNotFoundError: the checkpoint path does not exist.
+    ValueError: unknown registry name or format, or a checkpoint whose tree does not
+      match the config (the message names the keys, both shapes and the fix).
+  """
+  config = None if name_or_config is None else resolve_config(name_or_config)
+  params = None
+  if checkpoint is not None:
+    checkpoint = os.fspath(checkpoint)
+    fmt = detect_format(checkpoint)
+    config, params = _read_checkpoint(fmt, checkpoint, config)
+  elif config is None:
+    raise ValueError('load_model needs a model config name, a T5Config or a checkpoint; '
+                     f'pass one of {", ".join(sorted(T5_CONFIGS))} or --checkpoint')
+  if dtype is not None:
+    config = config.replace(dtype=jnp.dtype(dtype).name)
+  model = T5(config)
+  key = jax.random.PRNGKey(0)
+  abstract = jax.eval_shape(model.init, key)
+  if checkpoint is None:
+    if shardings is None:
+      return model, model.init(key)
+    return model, jax.jit(model.init, out_shardings=shardings)(key)
+  if params is None:  # orbax: check shapes from the metadata before reading any array
+    check_params(_orbax_shapes(checkpoint), abstract, config)
+    if shardings is not None:
+      abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                              abstract, shardings)
+    params = load_params_orbax(checkpoint, abstract)
+  check_params(params, abstract, config)
+  params = jax.tree.map(lambda x: np.asarray(x, np.float32) if isinstance(x, np.ndarray)
+                        else x.astype(jnp.float32), params)
+  return model, jax.device_put(params, shardings)
+
+
+# ----------------------------------------------------------------------------- vocabulary
+
+
+class Vocabulary:
+  """A T5 SentencePiece vocabulary: pad 0 (also the decoder start), eos 1, unk 2.
+
+  Attributes:
+    path: where the model was read from.
+    vocab_size: the number of SentencePiece ids.
+  """
+
+  pad_id = 0
+  eos_id = 1
+  unk_id = 2
+
+  def __init__(self, model_proto: bytes, path: str = '<bytes>'):
+    """Wraps a serialized SentencePiece model, checking T5's special ids.
+
+    Raises:
+      ValueError: the model's pad/eos/unk ids are not 0/1/2.
+    """
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    self.path = path
+    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id())
+    if ids != (0, 1, 2):
+      raise ValueError(f'vocabulary {path} has pad/eos/unk ids {ids[0]}/{ids[1]}/{ids[2]} but '
+                       'T5 needs 0/1/2; pass a T5 SentencePiece model (--vocab) or train one '
+                       'with pad_id=0 eos_id=1 unk_id=2')
+
+  @property
+  def vocab_size(self) -> int:
+    """The number of SentencePiece ids (must not exceed the model's V)."""
+    return self._sp.get_piece_size()
+
+  def encode(self, text: str) -> list:
+    """Text -> ids (no EOS appended)."""
+    return list(self._sp.encode(text))
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """Ids -> text: stops at the first EOS, drops padding, maps ids past the vocab to unk."""
+    kept = []
+    for i in (int(i) for i in ids):
+      if i == self.eos_id:
+        break
+      if i != self.pad_id:
+        kept.append(i if i < self.vocab_size else self.unk_id)
+    return self._sp.decode(kept)
+
+  def check_fits(self, model_vocab_size: int) -> None:
+    """Raises ValueError if the vocabulary has ids the model's logits [.., V] cannot emit."""
+    if self.vocab_size > model_vocab_size:
+      raise ValueError(f'vocabulary {self.path} has {self.vocab_size} ids but the model '
+                       f'has only {model_vocab_size} logits; pass the vocabulary the model '
+                       'was trained with (--vocab)')
+
+
+def load_vocab(path: str) -> Vocabulary:
+  """Reads a SentencePiece model from a local path or gs:// (via tensorstore's GCS store).
+
+  Raises:
+    FileNotFoundError: no file at `path`.
+    ValueError: a gs:// read failed, or the ids are not T5's.
+  """
+  path = os.fspath(path)
+  try:
+    data = t5x_checkpoint.read_bytes(path)
+  except Exception as e:  # pylint: disable=broad-except
+    # tensorstore's GCS errors span lines; keep the message to one.
+    reason = ' '.join(str(e).split())
+    raise ValueError(f'cannot read vocabulary {path} ({reason}); copy it locally and '
+                     'pass --vocab <local path>') from e
+  if data is None:
+    raise FileNotFoundError(f'vocabulary {path} does not exist; pass a SentencePiece '
+                            'model file with --vocab')
+  return Vocabulary(data, path)
