@@ -1,0 +1,159 @@
+"""python -m specjax.bench: measured vs predicted speedup, and peers, in one run.
+
+Measures the target's step time, the verify cost v(K), the draft cost c, then for every
+gamma and temperature: alpha, tokens per target call, tokens/s, the speedup over the
+jitted autoregressive decode, the speedup the paper's formula predicts from the measured
+alpha, c and v, and their ratio (efficiency). `--peers hf` adds transformers' greedy and
+assisted generation on the same weights and inputs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+
+from specjax import benchmark, report
+from specjax.run import ASSETS, DecodeJob, DEMO_PREFIX, load_pair, tokenize
+from specjax.sampling import SamplingConfig
+
+DEMO_TEST = os.path.join(ASSETS, 'test.jsonl')
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog='python -m specjax.bench', description=__doc__.split('\n')[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument('--target', default='demo_target')
+  p.add_argument('--draft', default='demo_draft')
+  p.add_argument('--target-checkpoint')
+  p.add_argument('--draft-checkpoint')
+  p.add_argument('--vocab')
+  p.add_argument('--input', default=DEMO_TEST, help='JSONL with "inputs" or "en" fields, '
+                 'or plain lines')
+  p.add_argument('--prefix', default=None, help='task prefix (demo: translate English to German: )')
+  p.add_argument('--num-examples', type=int, default=64)
+  p.add_argument('--batch-size', type=int, default=1, help='1 is the paper\'s setting')
+  p.add_argument('--gammas', default='1-8', help='e.g. 1-8 or 1,2,4')
+  p.add_argument('--temperatures', default='0,1')
+  p.add_argument('--max-input-len', type=int, default=64)
+  p.add_argument('--max-decode-len', type=int, default=48)
+  p.add_argument('--peers', default='', help='"hf": transformers greedy + assisted generation')
+  p.add_argument('--json', dest='json_path', help='write the results as one JSON object')
+  p.add_argument('--plot', help='write a PNG of measured and predicted speedup vs gamma')
+  p.add_argument('--markdown', help='write a report (e.g. docs/benchmarks.md)')
+  p.add_argument('--quick', action='store_true', help='tiny random models, 2 gammas: a '
+                 'smoke run of the whole bench')
+  p.add_argument('--seed', type=int, default=0)
+  return p.parse_args(argv)
+
+
+def _ints(spec: str):
+  out = []
+  for part in spec.split(','):
+    lo, _, hi = part.partition('-')
+    out.extend(range(int(lo), int(hi or lo) + 1))
+  if not out or min(out) < 1:
+    raise ValueError(f'--gammas must list integers >= 1, got {spec!r}')
+  return out
+
+
+def _read_texts(path: str, prefix: str, limit: int):
+  texts = []
+  with open(path, encoding='utf-8') as f:
+    for line in f:
+      if not line.strip():
+        continue
+      rec = json.loads(line) if line.lstrip().startswith('{') else {'inputs': line.strip()}
+      text = rec.get('inputs') or rec.get('en')
+      texts.append(text if text.startswith(prefix) else prefix + text)
+      if len(texts) == limit:
+        break
+  return texts
+
+
+def _setup(args):
+  if args.quick:
+    from specjax.models.t5 import T5  # pylint: disable=import-outside-toplevel
+    from specjax.models.t5_config import t5_tiny, t5_tiny_draft  # pylint: disable=import-outside-toplevel
+    target, draft = T5(t5_tiny), T5(t5_tiny_draft)
+    tp, dp = target.init(jax.random.PRNGKey(0)), draft.init(jax.random.PRNGKey(1))
+    rows = np.array(jax.random.randint(jax.random.PRNGKey(2), (4, 8), 3, 32), np.int32)
+    rows[:, -1] = 1
+    return target, tp, draft, dp, rows
+  job = DecodeJob(target=args.target, draft=args.draft, target_checkpoint=args.target_checkpoint,
+                  draft_checkpoint=args.draft_checkpoint, vocab=args.vocab)
+  target, tp, draft, dp, vocab = load_pair(job)
+  prefix = args.prefix if args.prefix is not None else (
+      DEMO_PREFIX if args.target.startswith('demo_') else '')
+  texts = _read_texts(args.input, prefix, args.num_examples)
+  return target, tp, draft, dp, tokenize(vocab, texts, args.max_input_len, False)
+
+
+def run_bench(args) -> dict:
+  """The whole benchmark as one JSON-ready dict (see the module docstring)."""
+  gammas = [1, 2] if args.quick else _ints(args.gammas)
+  temperatures = [float(t) for t in args.temperatures.split(',')]
+  max_len = 8 if args.quick else args.max_decode_len
+  target, tp, draft, dp, inputs = _setup(args)
+  size = args.batch_size
+  inputs = inputs[:len(inputs) // size * size]
+  if len(inputs) == 0:
+    raise ValueError(f'fewer examples than --batch-size {size}; lower it or add inputs')
+  batches = [inputs[i:i + size] for i in range(0, len(inputs), size)]
+  repeats = 4 if args.quick else 32
+  costs = benchmark.step_costs(target, tp, draft, dp, batches[0], max(gammas) + 1,
+                               repeats=repeats, cache_len=max_len + max(gammas) + 2)
+  rows, baselines = [], {}
+  for temperature in temperatures:
+    sampling = SamplingConfig(temperature=temperature)
+    base = benchmark.baseline_run(target, tp, batches, sampling, max_len, args.seed)
+    baselines[temperature] = {k: base[k] for k in ('seconds', 'num_tokens', 'tokens_per_second',
+                                                   'compile_seconds')}
+    for gamma in gammas:
+      row = benchmark.speculative_row(target, tp, draft, dp, batches, gamma, sampling, max_len,
+                                      base, costs, args.seed)
+      rows.append(row)
+      print(report.format_row(row), file=sys.stderr)
+    if temperature == 0.0:
+      greedy_tokens = base['tokens']
+  result = {
+      'target': 't5_tiny' if args.quick else args.target,
+      'draft': 't5_tiny_draft' if args.quick else args.draft,
+      'num_examples': len(inputs), 'batch_size': size, 'max_decode_len': max_len,
+      'c': costs['c'], 'v': {str(k): x for k, x in costs['v'].items()},
+      'target_step_seconds': costs['target_step_seconds'],
+      'draft_step_seconds': costs['draft_step_seconds'],
+      'compile_seconds': max(r['compile_seconds'] for r in rows),
+      'traces': max(r['traces'] for r in rows), 'baselines': baselines, 'rows': rows,
+      'machine': report.machine_info(),
+  }
+  if args.peers == 'hf':
+    best = max((r for r in rows if r['temperature'] == 0.0), key=lambda r: r['speedup'])
+    result['peers'] = report.peer_summary(target, tp, draft, dp, inputs, max_len,
+                                          best['gamma'], greedy_tokens, args.seed)
+  return result
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  try:
+    result = run_bench(args)
+  except (ValueError, FileNotFoundError) as e:
+    print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
+    return 2
+  print(report.format_table(result))
+  if args.json_path:
+    with open(args.json_path, 'w', encoding='utf-8') as f:
+      json.dump(result, f, indent=1)
+  if args.plot:
+    report.plot(result, args.plot)
+  if args.markdown:
+    report.write_markdown(result, args.markdown, args.plot)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,158 @@
+"""Measurements behind `python -m specjax.bench` and `--gamma auto`.
+
+Costs are timed inside a jitted `fori_loop` (as the decode loop calls the models), so
+dispatch overhead does not pollute them. Shape letters: B batch, S encoder length,
+K tokens per call, T cache length.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Callable, Dict, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax import decoding, theory
+from specjax.sampling import SamplingConfig
+
+
+@functools.partial(jax.jit, static_argnames=('model', 'num_tokens', 'repeats', 'cache_len'))
+def _repeat_decode(model, params, inputs, num_tokens, repeats, cache_len):
+  """Runs `repeats` K-token decode calls at a fixed position; returns a checksum."""
+  encoded = model.encode(params, inputs)
+  batch = inputs.shape[0]
+  cache = model.init_cache(batch, cache_len)
+  tokens = jnp.full((batch, num_tokens), 3, jnp.int32)
+  positions = jnp.full((batch,), cache_len // 2, jnp.int32)
+
+  def body(_, carry):
+    cache, total = carry
+    logits, cache = model.decode(params, encoded, cache, tokens, positions)
+    return cache, total + logits[0, -1, 0]
+
+  return jax.lax.fori_loop(0, repeats, body, (cache, jnp.zeros((), jnp.float32)))[1]
+
+
+def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
+                 cache_len: int = 64, trials: int = 3) -> float:
+  """Seconds of one K-token decode call (inputs [B, S]), median of `trials` timed loops.
+
+  The encoder runs once per loop; it is subtracted by timing a zero-call loop too.
+  """
+  run = lambda n: _repeat_decode(model, params, inputs, num_tokens, n, cache_len)
+  jax.block_until_ready(run(repeats))  # compile
+  jax.block_until_ready(run(0))
+
+  def timed(n):
+    start = time.perf_counter()
+    jax.block_until_ready(run(n))
+    return time.perf_counter() - start
+
+  per_call = [(timed(repeats) - timed(0)) / repeats for _ in range(trials)]
+  return max(float(np.median(per_call)), 1e-9)
+
+
+def step_costs(target, tp, draft, dp, inputs, max_k: int, **kw) -> Dict[str, object]:
+  """The cost model of PAPER.md measured on this machine.
+
+  Args:
+    target, tp, draft, dp: the pair and their params.
+    inputs: [B, S] int32 encoder inputs.
+    max_k: measure v(K) for K = 1..max_k.
+
+  Returns:
+    {'target_step_seconds', 'draft_step_seconds', 'c', 'v': {K: t_K / t_1}}.
+  """
+  t1 = call_seconds(target, tp, inputs, 1, **kw)
+  d1 = call_seconds(draft, dp, inputs, 1, **kw)
+  v = {1: 1.0}
+  for k in range(2, max_k + 1):
+    v[k] = call_seconds(target, tp, inputs, k, **kw) / t1
+  return {'target_step_seconds': t1, 'draft_step_seconds': d1, 'c': d1 / t1, 'v': v}
+
+
+def timed_decode(fn: Callable, batches: Sequence[np.ndarray]) -> Dict[str, object]:
+  """Runs fn(batch) over batches (compiled first, untimed) and sums time, tokens and stats."""
+  start = time.perf_counter()
+  jax.block_until_ready(fn(batches[0]))
+  compile_seconds = time.perf_counter() - start
+  seconds, outs = 0.0, []
+  for batch in batches:
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn(batch))
+    seconds += time.perf_counter() - start
+    outs.append(jax.tree.map(np.asarray, out))
+  stats = jax.tree.map(lambda *a: np.concatenate(a), *[o.stats for o in outs])
+  tokens = np.concatenate([o.tokens for o in outs])
+  lengths = np.concatenate([o.lengths for o in outs])
+  return {'seconds': seconds, 'compile_seconds': compile_seconds, 'tokens': tokens,
+          'lengths': lengths, 'stats': stats, 'num_tokens': int(lengths.sum())}
+
+
+def score(baseline_seconds: float, seconds: float, alpha: float, gamma: int,
+          costs: dict) -> Dict[str, float]:
+  """Measured speedup, the formula's prediction from measured alpha, c, v, and their ratio."""
+  measured = baseline_seconds / seconds
+  predicted = theory.speedup(min(alpha, 1.0), gamma, costs['c'], costs['v'][gamma + 1])
+  return {'speedup': measured, 'predicted_speedup': predicted,
+          'efficiency': measured / predicted}
+
+
+def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: SamplingConfig,
+                    max_decode_len: int, baseline: dict, costs: dict, seed: int = 0) -> dict:
+  """One benchmark row: measured vs predicted speedup for one gamma and sampling setting."""
+  rng = jax.random.PRNGKey(seed)
+  traces = decoding.TRACE_COUNTS['speculative']
+  run = timed_decode(lambda x: decoding.speculative_decode(
+      target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_decode_len,
+      sampling=sampling, rng=rng), batches)
+  s = run['stats']
+  calls = int(s.target_calls.sum())
+  alpha = float(s.beta_sum.sum() / max(s.beta_count.sum(), 1))
+  row = {
+      'gamma': gamma, 'temperature': sampling.temperature, 'alpha': alpha,
+      'alpha_accepted': float(s.accepted.sum() / max(s.drafted.sum(), 1)),
+      'tokens_per_call': float((s.accepted.sum() + calls) / max(calls, 1)),
+      'predicted_tokens_per_call': theory.expected_tokens_per_call(min(alpha, 1.0), gamma),
+      'target_calls': calls, 'tokens': run['num_tokens'],
+      'tokens_per_second': run['num_tokens'] / run['seconds'],
+      **score(baseline['seconds'], run['seconds'], alpha, gamma, costs),
+      'compile_seconds': run['compile_seconds'],
+      'traces': decoding.TRACE_COUNTS['speculative'] - traces,
+  }
+  if sampling.greedy:
+    row['identical_to_target'] = bool(np.array_equal(run['tokens'], baseline['tokens']))
+  return row
+
+
+def baseline_run(target, tp, batches, sampling: SamplingConfig, max_decode_len: int,
+                 seed: int = 0) -> dict:
+  """The jitted autoregressive decode over the same batches (the speedup's denominator)."""
+  rng = jax.random.PRNGKey(seed)
+  run = timed_decode(lambda x: decoding.autoregressive_decode(
+      target, tp, x, max_decode_len=max_decode_len, sampling=sampling, rng=rng), batches)
+  run['tokens_per_second'] = run['num_tokens'] / run['seconds']
+  return run
+
+
+def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
+                 max_decode_len: int, max_gamma: int = 8, probe_gamma: int = 4):
+  """`--gamma auto`: measures c, v(K) and alpha on one batch, maximises predicted speedup.
+
+  Returns:
+    (gamma, reason): the chosen gamma and a one-line explanation with the measured numbers.
+  """
+  costs = step_costs(target, tp, draft, dp, inputs, max_gamma + 1, repeats=16, trials=1)
+  probe = decoding.speculative_decode(target, tp, draft, dp, inputs, gamma=probe_gamma,
+                                      max_decode_len=max_decode_len, sampling=sampling)
+  s = jax.tree.map(np.asarray, probe.stats)
+  alpha = float(min(1.0, s.beta_sum.sum() / max(s.beta_count.sum(), 1)))
+  v = costs['v']
+  gamma = theory.best_gamma(alpha, costs['c'], lambda k: v[k], range(1, max_gamma + 1))
+  predicted = theory.speedup(alpha, gamma, costs['c'], v[gamma + 1])
+  reason = (f'calibrated alpha {alpha:.3f}, draft cost c {costs["c"]:.3f}, verify cost '
+            f'v({gamma + 1}) {v[gamma + 1]:.2f}: gamma {gamma} maximises the predicted '
+            f'speedup ({predicted:.2f}x) over 1..{max_gamma}')
+  return gamma, reason

@@ -1,0 +1,67 @@
+"""Peers for the benchmark: Hugging Face transformers on the same weights and inputs.
+
+The pair is exported with `hf_t5.save_hf_dir`, loaded by transformers, and decoded with
+plain greedy `generate` and with assisted generation (`assistant_model=`), torch on CPU,
+one example at a time (assisted generation supports batch 1 only).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Dict, Sequence
+
+import numpy as np
+
+from specjax.models import hf_t5
+
+
+def _load_hf(path: str):
+  from transformers import T5ForConditionalGeneration  # pylint: disable=import-outside-toplevel
+  return T5ForConditionalGeneration.from_pretrained(path).eval()
+
+
+def run_hf_peers(target, tp, draft, dp, examples: Sequence[np.ndarray], max_decode_len: int,
+                 num_draft_tokens: int, threads: int) -> Dict[str, dict]:
+  """Greedy-decodes each example with HF greedy and HF assisted generation.
+
+  Args:
+    target, tp, draft, dp: the specjax pair (T5 models) and params.
+    examples: rows [S] int32 of encoder inputs, EOS-terminated, right-padded with 0.
+    max_decode_len: L, the most new tokens (EOS included).
+    num_draft_tokens: the assistant's tokens per step (gamma), fixed (no heuristic).
+    threads: torch intra-op threads (the same count as the JAX process uses).
+
+  Returns:
+    {'hf_greedy': {...}, 'hf_assisted': {...}}, each with seconds, tokens,
+    tokens_per_second and outputs (a list of [n] int arrays, EOS included).
+  """
+  import torch  # pylint: disable=import-outside-toplevel
+  torch.set_num_threads(threads)
+  with tempfile.TemporaryDirectory() as tmp:
+    hf_t5.save_hf_dir(os.path.join(tmp, 'target'), target.config, tp)
+    hf_t5.save_hf_dir(os.path.join(tmp, 'draft'), draft.config, dp)
+    hf_target, hf_draft = _load_hf(os.path.join(tmp, 'target')), _load_hf(os.path.join(tmp, 'draft'))
+  hf_draft.generation_config.num_assistant_tokens = num_draft_tokens
+  hf_draft.generation_config.num_assistant_tokens_schedule = 'constant'
+  hf_draft.generation_config.assistant_confidence_threshold = 0.0  # always draft gamma
+  results = {}
+  for name, extra in (('hf_greedy', {}), ('hf_assisted', {'assistant_model': hf_draft})):
+    outputs, seconds, tokens = [], 0.0, 0
+    for i, row in enumerate(list(examples[:1]) + list(examples)):  # first call warms up
+      ids = torch.tensor(row[row != 0][None].astype(np.int64))
+      start = time.perf_counter()
+      with torch.no_grad():
+        out = hf_target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=max_decode_len, **extra)
+      if i == 0:
+        continue
+      seconds += time.perf_counter() - start
+      new = out[0, 1:].numpy()  # drop the decoder start token
+      eos = np.flatnonzero(new == 1)
+      new = new[:eos[0] + 1] if len(eos) else new
+      outputs.append(new)
+      tokens += len(new)
+    results[name] = {'seconds': seconds, 'tokens': tokens,
+                     'tokens_per_second': tokens / max(seconds, 1e-9), 'outputs': outputs}
+  return results

@@ -1,0 +1,57 @@
+"""The bench's arithmetic on hand-made timings, and a --quick run end to end."""
+import json
+
+import pytest
+
+from specjax import bench, benchmark, report, theory
+
+
+def test_score_on_hand_made_timings():
+  costs = {'c': 0.1, 'v': {5: 1.5}}
+  s = benchmark.score(baseline_seconds=10.0, seconds=4.0, alpha=0.8, gamma=4, costs=costs)
+  expected_e = (1 - 0.8 ** 5) / (1 - 0.8)  # 3.3616 tokens per call
+  assert s['speedup'] == pytest.approx(2.5)
+  assert s['predicted_speedup'] == pytest.approx(expected_e / (4 * 0.1 + 1.5))
+  assert s['efficiency'] == pytest.approx(2.5 / (expected_e / 1.9))
+
+
+def test_best_gamma_uses_the_measured_verify_cost():
+  flat = {k: 1.0 for k in range(1, 10)}
+  steep = {k: 1.0 + 0.6 * (k - 1) for k in range(1, 10)}  # a compute-bound verify
+  g_flat = theory.best_gamma(0.8, 0.05, lambda k: flat[k], range(1, 9))
+  g_steep = theory.best_gamma(0.8, 0.05, lambda k: steep[k], range(1, 9))
+  assert g_flat == 8 and g_steep < g_flat
+  # brute force agrees
+  best = max(range(1, 9), key=lambda g: theory.speedup(0.8, g, 0.05, steep[g + 1]))
+  assert g_steep == best
+
+
+def test_reading_accounts_for_the_time():
+  result = {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 2.0, 'target_calls': 10,
+                      'tokens_per_call': 2.5, 'alpha': 0.8, 'efficiency': 0.9}],
+            'baselines': {0.0: {'seconds': 0.04}}, 'batch_size': 1,
+            'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5}}
+  text = report.reading(result)
+  # 0.04 s / 2.0 speedup / 10 calls = 2 ms per iteration; model calls 0.2 + 1.5 ms
+  assert '2.00 ms' in text and '1.70 ms' in text and '0.30 ms' in text
+
+
+def test_quick_bench_end_to_end(tmp_path):
+  out, png, md = tmp_path / 'b.json', tmp_path / 'b.png', tmp_path / 'b.md'
+  assert bench.main(['--quick', '--json', str(out), '--plot', str(png), '--markdown', str(md),
+                     '--peers', 'hf']) == 0
+  result = json.loads(out.read_text())
+  assert result['rows'] and result['traces'] == 1
+  for row in result['rows']:
+    for key in ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'speedup',
+                'predicted_speedup', 'efficiency'):
+      assert isinstance(row[key], (int, float)), key
+    assert 0.0 <= row['alpha'] <= 1.0 and 1.0 <= row['tokens_per_call'] <= row['gamma'] + 1
+    if row['temperature'] == 0.0:
+      assert row['identical_to_target'] is True
+  for key in ('c', 'v', 'compile_seconds', 'traces', 'machine'):
+    assert key in result
+  assert result['machine']['jax']
+  assert all(run['identical'] for run in result['peers']['runs'].values())
+  assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert 'Where the time goes' in md.read_text()
