@@ -40,15 +40,24 @@ def _split_gs(path: str) -> Tuple[str, str]:
   return match.group(1), match.group(2).rstrip('/')
 
 
+def _gcs_timeout() -> float:
+  """Seconds to wait for one small GCS request (env SPECJAX_GCS_TIMEOUT, default 60).
+
+  Without credentials or network tensorstore retries for a long time; a bound turns that
+  into a one-line error naming the flag that overrides the path.
+  """
+  return float(os.environ.get('SPECJAX_GCS_TIMEOUT', '60'))
+
+
 def _gcs_store(bucket: str) -> ts.KvStore:
-  return ts.KvStore.open({'driver': 'gcs', 'bucket': bucket}).result()
+  return ts.KvStore.open({'driver': 'gcs', 'bucket': bucket}).result(timeout=_gcs_timeout())
 
 
 def read_bytes(path: str) -> Optional[bytes]:
   """The bytes of a local or gs:// file, or None when it does not exist."""
   if path.startswith('gs://'):
     bucket, key = _split_gs(path)
-    result = _gcs_store(bucket).read(key).result()
+    result = _gcs_store(bucket).read(key).result(timeout=_gcs_timeout())
     return bytes(result.value) if result.state == 'value' else None
   if not os.path.isfile(path):
     return None
@@ -73,7 +82,8 @@ def find_steps(model_dir: str) -> List[int]:
     prefix = f'{prefix}/' if prefix else ''
     keys = _gcs_store(bucket).list(
         ts.KvStore.KeyRange(inclusive_min=prefix + 'checkpoint_',
-                            exclusive_max=prefix + 'checkpoint`')).result()
+                            exclusive_max=prefix + 'checkpoint`')).result(
+                                timeout=_gcs_timeout())
     pattern = re.compile(re.escape(prefix) + r'checkpoint_(\d+)/checkpoint$')
     matches = [pattern.match(k.decode()) for k in keys]
     return sorted(int(m.group(1)) for m in matches if m)
