@@ -1,0 +1,396 @@
+"""Trains the bundled English->German demo pair (specjax/assets/demo) on this machine's CPUs.
+
+Stages (each resumable; a rerun continues where it stopped):
+  target        train `demo_target` on data/demo/train.jsonl (Adafactor, time budget).
+  distill-data  greedy-decode the train and validation inputs with the trained target.
+  draft         train `demo_draft` on the target's greedy outputs (what raises alpha).
+  export        save both with `save_params` to specjax/assets/demo/{target,draft}.
+  evaluate      BLEU of both on the test split, alpha (greedy and T=1, gamma 4) and tokens
+                per target call of the pair; writes specjax/assets/demo/MODEL_CARD.md.
+
+Usage:
+  python scripts/train_demo.py [--stages target,distill-data,draft,export,evaluate]
+      [--workdir runs/demo] [--target-minutes 30] [--draft-minutes 15]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import subprocess
+import time
+
+import jax
+import numpy as np
+import sacrebleu
+
+from specjax import checkpoints, demo_data, training
+from specjax.decoding import autoregressive_decode, speculative_decode
+from specjax.models.t5 import T5
+from specjax.models.t5_config import demo_draft, demo_target
+from specjax.sampling import SamplingConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ASSETS = os.path.join(REPO, 'specjax', 'assets', 'demo')
+STAGES = ('target', 'distill-data', 'draft', 'export', 'evaluate')
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog=__doc__.split('\n\n', 1)[1])
+  p.add_argument('--stages', default=','.join(STAGES),
+                 help='comma-separated subset of: %(default)s')
+  p.add_argument('--workdir', default='runs/demo', help='checkpoints, distilled data, logs')
+  p.add_argument('--data', default='data/demo', help='folder with {train,validation,test}.jsonl')
+  p.add_argument('--vocab', default=os.path.join(ASSETS, 'spm.model'))
+  p.add_argument('--assets', default=ASSETS, help='where export writes target/ and draft/')
+  p.add_argument('--buckets', default='16:128,24:96,32:64',
+                 help='training batch shapes LEN:BATCH (inputs and targets padded to LEN); '
+                 'longer pairs are dropped from training')
+  p.add_argument('--target-minutes', type=float, default=30.0)
+  p.add_argument('--target-steps', type=int, default=0, help='0: the time budget decides')
+  p.add_argument('--target-lr', type=float, default=0.05, help='peak Adafactor rate')
+  p.add_argument('--draft-minutes', type=float, default=15.0)
+  p.add_argument('--draft-steps', type=int, default=0, help='0: the time budget decides')
+  p.add_argument('--draft-lr', type=float, default=0.05, help='peak Adafactor rate')
+  p.add_argument('--draft-soft-weight', type=float, default=0.5,
+                 help='weight of KL(target || draft) per token (the rest: cross-entropy on '
+                 'the target\'s greedy tokens); 0 trains on the greedy tokens alone')
+  p.add_argument('--draft-real-fraction', type=float, default=0.0,
+                 help='share of real references added to the distilled draft data')
+  p.add_argument('--warmup-steps', type=int, default=100)
+  p.add_argument('--eval-every', type=int, default=100, help='steps between val losses')
+  p.add_argument('--decode-batch', type=int, default=256)
+  p.add_argument('--max-decode-len', type=int, default=40)
+  p.add_argument('--gamma', type=int, default=4, help='draft tokens per target call')
+  p.add_argument('--seed', type=int, default=0)
+  p.add_argument('--limit', type=int, default=0, help='use only the first N pairs of each '
+                 'split (smoke tests); 0: all')
+  args = p.parse_args(argv)
+  args.stages = [s.strip() for s in args.stages.split(',') if s.strip()]
+  unknown = set(args.stages) - set(STAGES)
+  if unknown:
+    p.error(f'unknown stage(s) {", ".join(sorted(unknown))}; pick from {",".join(STAGES)}')
+  args.buckets = [training.Bucket(int(n), int(n), int(b)) for n, b in
+                  (item.split(':') for item in args.buckets.split(','))]
+  return args
+
+
+def log(msg: str) -> None:
+  print(f'[{datetime.datetime.now():%H:%M:%S}] {msg}', flush=True)
+
+
+def encode(vocab, texts):
+  """Texts -> id lists ending in EOS."""
+  return [ids + [demo_data.EOS_ID] for ids in vocab.encode(list(texts))]
+
+
+def load_split(args, vocab, split):
+  """(input id lists, target id lists, pairs) of one split."""
+  pairs = demo_data.load_pairs(split, args.data)
+  pairs = pairs[:args.limit] if args.limit else pairs
+  return (encode(vocab, [demo_data.make_example(en) for en, _ in pairs]),
+          encode(vocab, [de for _, de in pairs]), pairs)
+
+
+def _sp(args):
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  return spm.SentencePieceProcessor(model_file=args.vocab)
+
+
+def _train(args, name, config, inputs, targets, val_inputs, val_targets, minutes, steps, lr,
+           teacher=None, soft_weight=0.0):
+  data = training.BucketedData(inputs, targets, args.buckets, seed=args.seed)
+  val = training.eval_batches(val_inputs, val_targets, args.buckets)
+  log(f'{name}: {len(data)} training pairs ({data.dropped} longer than the largest bucket '
+      f'dropped), {data.steps_per_epoch} steps per epoch')
+  cfg = training.TrainConfig(minutes=minutes, max_steps=steps, peak_lr=lr,
+                             warmup_steps=args.warmup_steps, eval_every=args.eval_every,
+                             seed=args.seed, soft_weight=soft_weight)
+  summary = training.train(T5(config), data, val, os.path.join(args.workdir, name), cfg,
+                           log=lambda m: log(f'{name}: {m}'), teacher=teacher)
+  summary.update(training_pairs=len(data), dropped=data.dropped, peak_lr=lr,
+                 buckets=[vars(b) for b in args.buckets], soft_weight=soft_weight)
+  with open(os.path.join(args.workdir, name, 'summary.json'), 'w') as f:
+    json.dump(summary, f, indent=2)
+
+
+def stage_target(args):
+  sp = _sp(args)
+  x, y, _ = load_split(args, sp, 'train')
+  vx, vy, _ = load_split(args, sp, 'validation')
+  _train(args, 'target', demo_target, x, y, vx, vy, args.target_minutes, args.target_steps,
+         args.target_lr)
+
+
+def greedy_decode(model, params, inputs, args, batch=None, width=None):
+  """Greedy outputs [N, L] of id lists `inputs`, in length-sorted batches (fewer compiles
+  and less waiting on long rows); `width` pads every batch to one input length."""
+  batch = batch or args.decode_batch
+  order = np.argsort([len(x) for x in inputs], kind='stable')
+  out = np.zeros((len(inputs), args.max_decode_len), np.int32)
+  for k in range(0, len(order), batch):
+    rows = order[k:k + batch]
+    longest = max(len(inputs[i]) for i in rows)
+    rows_in = [inputs[i] for i in rows]  # a short last batch repeats its first row
+    padded = training.pad_rows(rows_in + rows_in[:1] * (batch - len(rows)),
+                               width or -(-longest // 16) * 16)
+    tokens = autoregressive_decode(model, params, padded, max_decode_len=args.max_decode_len)
+    out[rows] = np.asarray(tokens.tokens)[:len(rows)]
+  return out
+
+
+def stage_distill(args):
+  sp, model = _sp(args), T5(demo_target)
+  params = training.load_trained_params(model, os.path.join(args.workdir, 'target'))
+  limit = max(b.input_len for b in args.buckets)
+  os.makedirs(os.path.join(args.workdir, 'distill'), exist_ok=True)
+  for split in ('validation', 'train'):
+    path = os.path.join(args.workdir, 'distill', f'{split}.npz')
+    if os.path.exists(path):
+      log(f'distill-data: {path} exists, skipping')
+      continue
+    inputs, _, _ = load_split(args, sp, split)
+    index = np.array([i for i, x in enumerate(inputs) if len(x) <= limit])
+    start = time.time()
+    # Chunks of 16 batches are saved as they finish so that a restart loses little.
+    chunk, parts = 16 * args.decode_batch, []
+    for c in range(0, len(index), chunk):
+      part = os.path.join(args.workdir, 'distill', f'{split}.part{c // chunk:03d}.npy')
+      if not os.path.exists(part):
+        np.save(part, greedy_decode(model, params, [inputs[i] for i in index[c:c + chunk]],
+                                    args))
+        log(f'distill-data: {split} {min(c + chunk, len(index))}/{len(index)} '
+            f'({(time.time() - start) / 60:.1f} min)')
+      parts.append(part)
+    outputs = np.concatenate([np.load(p) for p in parts])
+    np.savez(path, index=index, outputs=outputs, minutes=(time.time() - start) / 60)
+    for p in parts:
+      os.remove(p)
+    finished = np.any(outputs == demo_data.EOS_ID, axis=1).mean()
+    log(f'distill-data: {split}: {len(index)} outputs, {finished:.1%} end in EOS')
+
+
+def _distilled(args, sp, split):
+  """(inputs, target-greedy outputs) of a split, rows whose output ended in EOS."""
+  inputs, _, _ = load_split(args, sp, split)
+  saved = np.load(os.path.join(args.workdir, 'distill', f'{split}.npz'))
+  xs, ys = [], []
+  for i, row in zip(saved['index'], saved['outputs']):
+    eos = np.flatnonzero(row == demo_data.EOS_ID)
+    if len(eos):
+      xs.append(inputs[i])
+      ys.append([int(t) for t in row[:eos[0] + 1]])
+  return xs, ys
+
+
+def stage_draft(args):
+  sp = _sp(args)
+  x, y = _distilled(args, sp, 'train')
+  if args.draft_real_fraction > 0:
+    rx, ry, _ = load_split(args, sp, 'train')
+    pick = np.random.default_rng(args.seed).permutation(len(rx))
+    pick = pick[:int(args.draft_real_fraction * len(x))]
+    x, y = x + [rx[i] for i in pick], y + [ry[i] for i in pick]
+  vx, vy = _distilled(args, sp, 'validation')  # val accuracy ~ agreement with the target
+  teacher = None
+  if args.draft_soft_weight > 0:
+    target = T5(demo_target)
+    teacher = (target, training.load_trained_params(target, os.path.join(args.workdir,
+                                                                          'target')))
+  _train(args, 'draft', demo_draft, x, y, vx, vy, args.draft_minutes, args.draft_steps,
+         args.draft_lr, teacher, args.draft_soft_weight)
+
+
+def stage_export(args):
+  for name, config in (('target', demo_target), ('draft', demo_draft)):
+    params = training.load_trained_params(T5(config), os.path.join(args.workdir, name))
+    params = jax.tree.map(lambda a: np.asarray(a, np.float32), params)
+    path = checkpoints.save_params(os.path.join(args.assets, name), params, config=config,
+                                   force=True)
+    log(f'export: {name} -> {path} ({_du(path)})')
+
+
+def _du(path):
+  return subprocess.run(['du', '-sh', path], capture_output=True, text=True,
+                        check=False).stdout.split('\t')[0]
+
+
+def _num_params(params):
+  return int(sum(np.size(a) for a in jax.tree.leaves(params)))
+
+
+def _texts(vocab, tokens):
+  return [vocab.decode(row) for row in tokens]
+
+
+def _pair_stats(args, target, tp, draft, dp, inputs, sampling):
+  """Alpha, acceptance rate, tokens per target call of speculative decoding over inputs."""
+  width = -(-max(len(x) for x in inputs) // 16) * 16
+  totals = {'beta_sum': 0.0, 'beta_count': 0, 'accepted': 0, 'drafted': 0, 'calls': 0}
+  tokens = []
+  for k in range(0, len(inputs), args.decode_batch):
+    rows = inputs[k:k + args.decode_batch]
+    padded = training.pad_rows(rows + rows[:1] * (args.decode_batch - len(rows)), width)
+    out = speculative_decode(target, tp, draft, dp, padded, gamma=args.gamma,
+                             max_decode_len=args.max_decode_len, sampling=sampling,
+                             rng=jax.random.PRNGKey(args.seed + k))
+    s, n = out.stats, len(rows)
+    totals['beta_sum'] += float(np.sum(s.beta_sum[:n]))
+    totals['beta_count'] += int(np.sum(s.beta_count[:n]))
+    totals['accepted'] += int(np.sum(s.accepted[:n]))
+    totals['drafted'] += int(np.sum(s.drafted[:n]))
+    totals['calls'] += int(np.sum(s.target_calls[:n]))
+    tokens.append(np.asarray(out.tokens)[:n])
+  return {'alpha': totals['beta_sum'] / max(totals['beta_count'], 1),
+          'acceptance_rate': totals['accepted'] / max(totals['drafted'], 1),
+          'tokens_per_call': (totals['accepted'] + totals['calls']) / max(totals['calls'], 1),
+          'target_calls': totals['calls']}, np.concatenate(tokens)
+
+
+def stage_evaluate(args):
+  vocab = checkpoints.load_vocab(args.vocab)
+  target, tp = checkpoints.load_model(None, os.path.join(args.assets, 'target'))
+  draft, dp = checkpoints.load_model(None, os.path.join(args.assets, 'draft'))
+  inputs, _, pairs = load_split(args, _sp(args), 'test')
+  refs = [de for _, de in pairs]
+  width = -(-max(len(x) for x in inputs) // 16) * 16
+  result = {}
+  for name, model, params in (('target', target, tp), ('draft', draft, dp)):
+    start = time.time()
+    tokens = greedy_decode(model, params, inputs, args, width=width)
+    hyps = _texts(vocab, tokens)
+    result[f'{name}_bleu'] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    result[f'{name}_params'] = _num_params(params)
+    log(f'evaluate: {name} BLEU {result[f"{name}_bleu"]} ({time.time() - start:.0f} s)')
+    if name == 'target':
+      target_tokens = tokens
+  for label, sampling in (('greedy', SamplingConfig()), ('t1', SamplingConfig(1.0))):
+    stats, tokens = _pair_stats(args, target, tp, draft, dp, inputs, sampling)
+    result[label] = {k: round(v, 4) if isinstance(v, float) else v for k, v in stats.items()}
+    if label == 'greedy':
+      result['greedy_matches_target'] = int(np.sum(np.all(tokens == target_tokens, axis=1)))
+    log(f'evaluate: {label}: {result[label]}')
+  result['sizes'] = {n: _du(os.path.join(args.assets, n)) for n in ('target', 'draft')}
+  with open(os.path.join(args.workdir, 'eval.json'), 'w') as f:
+    json.dump(result, f, indent=2)
+  write_card(args, result)
+
+
+def _summary(args, name):
+  path = os.path.join(args.workdir, name, 'summary.json')
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_card(args, r):
+  """Writes MODEL_CARD.md from the stage summaries and the evaluation results."""
+  counts = {s: len(demo_data.load_pairs(s, args.data)) for s in demo_data.SPLITS}
+  catalogs = len(glob.glob('/usr/share/locale/de/LC_MESSAGES/*.mo'))
+  t, d = _summary(args, 'target'), _summary(args, 'draft')
+  distill_minutes = sum(float(np.load(p)['minutes']) for p in glob.glob(
+      os.path.join(args.workdir, 'distill', '*.npz')))
+  g, s = r['greedy'], r['t1']
+
+  def train_row(name, config, x):
+    return (f'| {name} | `{config.name}` | {r[name + "_params"] / 1e6:.2f} M | '
+            f'{x.get("steps", "?")} | {x.get("epochs", "?")} | {x.get("minutes", "?")} | '
+            f'{x.get("val_loss", "?")} | {r[name + "_bleu"]} | {r["sizes"][name]} |')
+
+  lines = [
+      '# specjax demo models: English -> German T5 target and draft',
+      '',
+      'A small T5 1.1 target and a much smaller draft trained from scratch on this '
+      'machine for the speculative decoding demo. Written by `scripts/train_demo.py` '
+      '(evaluate stage); do not edit by hand.',
+      '',
+      '## Data',
+      '',
+      f'English/German message pairs from the gettext catalogs of this Debian system '
+      f'(`/usr/share/locale/de/LC_MESSAGES/*.mo`, {catalogs} catalogs: coreutils, git, glib, '
+      'gtk, postgres, ...), cleaned and split by `scripts/build_demo_corpus.py`: '
+      f'{counts["train"]} train, {counts["validation"]} validation, {counts["test"]} test '
+      'pairs. Input: `translate English to German: <en>`; target: the German. Vocabulary: '
+      '`spm.model`, 4000 SentencePiece pieces (pad 0, eos 1, unk 2), logits padded to 4096. '
+      'Training pads pairs into buckets '
+      f'{", ".join(f"{b.input_len} tokens x {b.batch}" for b in args.buckets)} and drops the '
+      f'{t.get("dropped", "?")} longer train pairs '
+      f'({t.get("dropped", 0) / max(counts["train"], 1):.1%}); evaluation keeps all.',
+      '',
+      '## Models and training',
+      '',
+      'Adafactor (optax, T5X settings), linear warmup then cosine decay over the time budget, '
+      'no label smoothing. The target learns the references; the draft learns the target\'s '
+      f'own greedy outputs on the train inputs ({d.get("training_pairs", "?")} pairs, decoded '
+      f'in {distill_minutes:.1f} min), which is what raises alpha; per token its loss is '
+      f'{d.get("soft_weight", 0)} x KL(target || draft) (the target scoring the same prefix) '
+      f'+ {1 - d.get("soft_weight", 0):g} x cross-entropy on the greedy token.',
+      '',
+      '| model | config | params | steps | epochs | train min | val loss | test BLEU | size |',
+      '|---|---|---|---|---|---|---|---|---|',
+      train_row('target', demo_target, t),
+      train_row('draft', demo_draft, d),
+      '',
+      f'Draft validation accuracy against the target\'s greedy outputs (teacher-forced): '
+      f'{d.get("val_accuracy", "?")}. Machine: {os.cpu_count()} CPU cores '
+      f'({platform.processor() or platform.machine()}), jax {jax.__version__} on CPU, '
+      'float32.',
+      '',
+      '## Test split (500 pairs)',
+      '',
+      'BLEU: sacrebleu corpus BLEU of greedy outputs (max '
+      f'{args.max_decode_len} tokens) against the German references.',
+      '',
+      f'Speculative decoding of the pair, gamma {args.gamma}:',
+      '',
+      'alpha: mean over verified draft positions of beta = sum_x min(p(x), q(x)) (1 or 0 '
+      'when greedy); acceptance rate: accepted / drafted tokens; tokens per target call: '
+      '(accepted + calls) / calls, before truncation at EOS.',
+      '',
+      '| sampling | alpha | acceptance rate | tokens per target call |',
+      '|---|---|---|---|',
+      f'| greedy | {g["alpha"]:.3f} | {g["acceptance_rate"]:.3f} | {g["tokens_per_call"]:.2f} |',
+      f'| temperature 1 | {s["alpha"]:.3f} | {s["acceptance_rate"]:.3f} | '
+      f'{s["tokens_per_call"]:.2f} |',
+      '',
+      f'Greedy speculative outputs equal the target\'s own greedy outputs on '
+      f'{r["greedy_matches_target"]} of {counts["test"]} rows.',
+      '',
+      '## Use',
+      '',
+      '```python',
+      'from specjax import checkpoints',
+      "target, tp = checkpoints.load_model(None, 'specjax/assets/demo/target')",
+      "draft, dp = checkpoints.load_model(None, 'specjax/assets/demo/draft')",
+      "vocab = checkpoints.load_vocab('specjax/assets/demo/spm.model')",
+      '```',
+      '',
+      'Toy models: they translate short software messages, nothing else.',
+      '']
+  path = os.path.join(args.assets, 'MODEL_CARD.md')
+  with open(path, 'w') as f:
+    f.write('\n'.join(lines))
+  log(f'evaluate: wrote {path}')
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  os.makedirs(args.workdir, exist_ok=True)
+  run = {'target': stage_target, 'distill-data': stage_distill, 'draft': stage_draft,
+         'export': stage_export, 'evaluate': stage_evaluate}
+  for stage in STAGES:
+    if stage in args.stages:
+      start = time.time()
+      log(f'== {stage}')
+      run[stage](args)
+      log(f'== {stage} done in {(time.time() - start) / 60:.1f} min')
+
+
+if __name__ == '__main__':
+  main()
