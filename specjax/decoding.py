@@ -138,12 +138,21 @@ def _autoregressive_body(target, target_params, target_enc, cfg: LoopConfig,
                        target_cache=target_cache, step=state.step + 1)
 
 
-def _run(body, state: DecodeState, cfg: LoopConfig) -> DecodeOutput:
+def _loop(body, state: DecodeState, cfg: LoopConfig) -> DecodeState:
+  """Runs `body` until every row is done; returns the final state."""
   # Every iteration produces >= 1 token per active row, so L iterations always suffice.
   cond = lambda s: jnp.logical_and(~jnp.all(s.done), s.step < cfg.max_decode_len)
-  state = jax.lax.while_loop(cond, body, state)
+  return jax.lax.while_loop(cond, body, state)
+
+
+def _output(state: DecodeState, cfg: LoopConfig) -> DecodeOutput:
+  """The DecodeOutput of a final state."""
   return DecodeOutput(tokens=extract_output(state, cfg), lengths=state.length,
                       stats=state.stats)
+
+
+def _run(body, state: DecodeState, cfg: LoopConfig) -> DecodeOutput:
+  return _output(_loop(body, state, cfg), cfg)
 
 
 @functools.partial(jax.jit, static_argnames=('target', 'draft', 'cfg'))
@@ -176,7 +185,8 @@ def _check_common(model, inputs, max_decode_len, sampling_config: SamplingConfig
 def speculative_decode(target, target_params, draft, draft_params, inputs, *, gamma: int,
                        max_decode_len: int, sampling: SamplingConfig = SamplingConfig(),
                        rng: Optional[jax.Array] = None, eos_id: int = 1,
-                       pad_id: int = 0) -> DecodeOutput:
+                       pad_id: int = 0, mesh: Optional[jax.sharding.Mesh] = None,
+                       rules: Optional[tuple] = None) -> DecodeOutput:
   """Decodes with the target's exact output distribution, G draft tokens per target call.
 
   Args:
@@ -191,10 +201,15 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
     rng: PRNG key for sampling (PRNGKey(0) when None).
     eos_id: end-of-sequence token.
     pad_id: written after EOS.
+    mesh: optional ('data', 'model') mesh (`specjax.sharding.make_mesh`): params, caches
+      and state are sharded by T5X's logical axis rules and the decode runs as two jitted
+      programs (prefill, then the loop with the state donated). B must divide by 'data'.
+    rules: logical axis rules for `mesh` (default `sharding.STANDARD_RULES`).
 
   Returns:
     DecodeOutput(tokens [B, L], lengths [B], stats): greedy output equals the target's own
     greedy decode token for token; sampled output follows the target's distribution.
+    With a mesh, the output is replicated on every device (readable on every host).
   """
   if not isinstance(gamma, int) or gamma < 1:
     raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), '
@@ -206,6 +221,10 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
   cfg = LoopConfig(gamma=gamma, max_decode_len=max_decode_len, sampling=sampling,
                    eos_id=eos_id, pad_id=pad_id)
   rng = jax.random.PRNGKey(0) if rng is None else rng
+  if mesh is not None:
+    from specjax import sharded  # pylint: disable=import-outside-toplevel (it imports us)
+    return sharded.decode(mesh, target, target_params, draft, draft_params, inputs, rng,
+                          cfg, rules)
   return _speculative_jit(target, target_params, draft, draft_params,
                           jnp.asarray(inputs, jnp.int32), rng, cfg)
 
@@ -213,7 +232,8 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
 def autoregressive_decode(target, target_params, inputs, *, max_decode_len: int,
                           sampling: SamplingConfig = SamplingConfig(),
                           rng: Optional[jax.Array] = None, eos_id: int = 1,
-                          pad_id: int = 0) -> DecodeOutput:
+                          pad_id: int = 0, mesh: Optional[jax.sharding.Mesh] = None,
+                          rules: Optional[tuple] = None) -> DecodeOutput:
   """Decodes one token per target call: the reference for every exactness test.
 
   Args and returns as `speculative_decode`, without the draft; stats count target calls.
@@ -222,5 +242,8 @@ def autoregressive_decode(target, target_params, inputs, *, max_decode_len: int,
   cfg = LoopConfig(gamma=0, max_decode_len=max_decode_len, sampling=sampling, eos_id=eos_id,
                    pad_id=pad_id)
   rng = jax.random.PRNGKey(0) if rng is None else rng
+  if mesh is not None:
+    from specjax import sharded  # pylint: disable=import-outside-toplevel (it imports us)
+    return sharded.decode(mesh, target, target_params, None, None, inputs, rng, cfg, rules)
   return _autoregressive_jit(target, target_params, jnp.asarray(inputs, jnp.int32), rng, cfg)
 

@@ -1,0 +1,17 @@
+"""WMT EnDe, target T5-XXL, draft T5-base, gamma 7 (paper: 2.8x at T=0).
+
+Single chip (the paper's setting; XXL needs bfloat16 params there, see docs/scale.md):
+
+  python -m specjax.decode --target t5_xxl --draft t5_base --gamma 7 --temperature 0.0 \
+      --prefix 'translate English to German: ' --input data/ende.jsonl --max-input-len 128 \
+      --max-decode-len 128 --batch-size 1 --dtype bfloat16 --json
+
+v4-8 (4 chips): the same plus `--num-partitions 4`.
+"""
+from configs import ENDE_PREFIX, RunConfig
+
+SINGLE_CHIP = RunConfig(
+    name='ende_t5xxl_t5base_g7', task='ende', target='t5_xxl', draft='t5_base', gamma=7,
+    temperatures=(0.0,), prefix=ENDE_PREFIX, input='data/ende.jsonl', max_input_len=128,
+    max_decode_len=128, paper_speedup=(2.8,))
+V4_8 = SINGLE_CHIP.replace(num_partitions=4)

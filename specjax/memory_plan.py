@@ -1,0 +1,270 @@
+"""Ahead-of-time memory plan of a sharded speculative decode, without any weights.
+
+`plan_decode` builds the real sharded programs (`sharded.build`: prefill, then the loop
+with the state donated), lowers and compiles them against `jax.ShapeDtypeStruct` params,
+inputs and state carrying their shardings, and reads XLA's `memory_analysis()` per
+device. Params are arguments of both programs (`keep_unused`), so a program's total
+argument + output - alias + temp is what one device holds while it runs, and the peak
+of a decode is the larger of the two.
+
+Shape letters: B batch, S encoder length, L max_decode_len, G gamma.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from typing import Any, Iterable, List, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax import sharded, sharding
+from specjax.loop_state import LoopConfig
+from specjax.models.t5 import T5
+from specjax.models.t5_config import T5Config
+from specjax.sampling import SamplingConfig
+
+GIB = 1 << 30
+TPU_V4_HBM = 32 * GIB  # one TPU v4 chip
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRow:
+  """The per-device memory of one (mesh, B, L) decode; every size in bytes.
+
+  Attributes:
+    mesh: (data, model).
+    batch: B.
+    max_decode_len: L.
+    param_dtype: dtype of the params as held on device.
+    params: target + draft params one device holds.
+    caches: self-attention caches + cross-attention K/V (target + draft) one device holds.
+    prefill: memory_analysis of the prefill program (argument, output, alias, temp).
+    loop: memory_analysis of the loop program (same keys).
+    compile_seconds: time to lower and compile both.
+    devices_per_chip: 2 for TPU v4 compile-only cores (two per chip), else 1.
+    error: why it did not compile (TPU's out-of-HBM message), else ''.
+  """
+
+  mesh: Tuple[int, int]
+  batch: int
+  max_decode_len: int
+  param_dtype: str
+  params: int
+  caches: int
+  prefill: dict
+  loop: dict
+  compile_seconds: float
+  devices_per_chip: int = 1
+  error: str = ''
+
+  def to_json(self) -> dict:
+    """A JSON-able dict (see `from_json`)."""
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, d: dict) -> 'PlanRow':
+    """The row `to_json` wrote."""
+    return cls(**dict(d, mesh=tuple(d['mesh'])))
+
+  @property
+  def key(self) -> tuple:
+    """What identifies a cell of the grid: (mesh, param dtype, B, L)."""
+    return (tuple(self.mesh), self.param_dtype, self.batch, self.max_decode_len)
+
+  @property
+  def devices(self) -> int:
+    return self.mesh[0] * self.mesh[1]
+
+  @property
+  def chips(self) -> int:
+    return self.devices // self.devices_per_chip
+
+  @property
+  def peak(self) -> int:
+    """Bytes one device needs: the larger program's argument + output - alias + temp."""
+    total = lambda m: m['argument'] + m['output'] - m['alias'] + m['temp']
+    if self.error:
+      return 0
+    return max(total(self.prefill), total(self.loop))
+
+  @property
+  def chip_peak(self) -> int:
+    """Bytes one chip needs (the peak of each of its devices, added)."""
+    return self.peak * self.devices_per_chip
+
+  @property
+  def fits(self) -> bool:
+    """Whether a chip's peak fits one TPU v4 chip's 32 GiB of HBM."""
+    return not self.error and self.chip_peak <= TPU_V4_HBM
+
+
+def _memory(compiled) -> dict:
+  m = compiled.memory_analysis()
+  return dict(argument=m.argument_size_in_bytes, output=m.output_size_in_bytes,
+              alias=m.alias_size_in_bytes, temp=m.temp_size_in_bytes)
+
+
+def _cast(tree: Any, dtype: Any) -> Any:
+  """ShapeDtypeStructs with floating leaves cast to dtype (sharding kept)."""
+  def cast(x):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+      return x
+    return jax.ShapeDtypeStruct(x.shape, dtype, sharding=x.sharding)
+  return jax.tree.map(cast, tree)
+
+
+def plan_decode(mesh: jax.sharding.Mesh, target: T5Config, draft: T5Config, *, gamma: int,
+                batch: int, input_len: int, max_decode_len: int,
+                activation_dtype: str = 'bfloat16', param_dtype: str = 'float32',
+                temperature: float = 1.0, rules: sharding.Rules = sharding.STANDARD_RULES,
+                devices_per_chip: int = 1) -> PlanRow:
+  """Compiles one sharded speculative decode shape and measures it per device.
+
+  Args:
+    mesh: a ('data', 'model') mesh (simulated CPU devices are fine).
+    target: the target's config (e.g. t5_xxl).
+    draft: the draft's config (e.g. t5_small).
+    gamma: G.
+    batch: B (must divide by the mesh's 'data' axis).
+    input_len: S.
+    max_decode_len: L.
+    activation_dtype: activations and caches.
+    param_dtype: params as held on device (the library loads float32).
+    temperature: 0 plans greedy, > 0 plans sampling (a softmax over V more per position).
+    rules: logical axis rules.
+    devices_per_chip: recorded in the row (2 for `tpu_v4_mesh` cores).
+
+  Returns:
+    The PlanRow.
+  """
+  target_model = T5(target.replace(dtype=activation_dtype))
+  draft_model = T5(draft.replace(dtype=activation_dtype))
+  cfg = LoopConfig(gamma=gamma, max_decode_len=max_decode_len,
+                   sampling=SamplingConfig(temperature=temperature))
+  start = time.perf_counter()
+  dec = sharded.build(mesh, target_model, draft_model, cfg, batch, input_len, rules=rules)
+  a = dec.abstract
+  tp, dp = _cast(a['target_params'], param_dtype), _cast(a['draft_params'], param_dtype)
+  error, prefill, loop = '', {}, {}
+  try:
+    prefill = _memory(dec.prefill.lower(tp, dp, a['inputs'], a['rng']).compile())
+    loop = _memory(dec.loop.lower(tp, dp, a['target_encoded'], a['draft_encoded'],
+                                  a['state']).compile())
+  except jax.errors.JaxRuntimeError as e:  # TPU refuses programs larger than its HBM
+    if 'RESOURCE_EXHAUSTED' not in str(e):
+      raise
+    found = re.search(r'temporaries \(([\d.]+G)\) exceeds available HBM \(([\d.]+G)\)', str(e))
+    error = (f'out of HBM: {found[1]} of temporaries > a device\'s {found[2]}' if found
+             else ' '.join(str(e).split())[:120])
+  seconds = time.perf_counter() - start
+  shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+  params = sum(sharding.bytes_per_device(t, shardings_of(t)) for t in (tp, dp))
+  state = a['state']
+  caches = (state.target_cache, state.draft_cache, a['target_encoded']['cross'],
+            a['draft_encoded']['cross'])
+  cache_bytes = sum(sharding.bytes_per_device(t, shardings_of(t)) for t in caches)
+  return PlanRow(mesh=sharding.mesh_shape(mesh), batch=batch, max_decode_len=max_decode_len,
+                 param_dtype=jnp.dtype(param_dtype).name, params=params, caches=cache_bytes,
+                 prefill=prefill, loop=loop, compile_seconds=seconds,
+                 devices_per_chip=devices_per_chip, error=error)
+
+
+# Compile-only TPU v4 topologies (libtpu, no TPU needed) by chip count: name, options.
+_V4_TOPOLOGIES = {1: ('v4:1x1x1', dict(chips_per_host_bounds=[1, 1, 1])),
+                  4: ('v4:2x2x1', {}), 8: ('v4:2x2x2', {}), 16: ('v4:2x2x4', {})}
+
+
+def tpu_v4_mesh(chips: int, data: int = 1) -> jax.sharding.Mesh:
+  """A ('data', 'model') mesh of compile-only TPU v4 TensorCores (two per chip).
+
+  Needs libtpu (`pip install libtpu`) but no TPU: the programs compile for the real chip
+  and `memory_analysis()` is TPU's own. The cores run without megacore, so a chip's
+  memory is its two cores' added.
+
+  Args:
+    chips: 1, 4 (v4-8), 8 (v4-16) or 16 (v4-32).
+    data: the 'data' axis size; 'model' takes the other cores.
+  """
+  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+  if chips not in _V4_TOPOLOGIES:
+    raise ValueError(f'no TPU v4 topology for {chips} chips; pass one of '
+                     f'{sorted(_V4_TOPOLOGIES)}')
+  name, options = _V4_TOPOLOGIES[chips]
+  cores = topologies.get_topology_desc(name, 'tpu', **options).devices
+  return jax.sharding.Mesh(np.array(cores).reshape(data, len(cores) // data),
+                           sharding.MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def plan_grid(meshes: Iterable[jax.sharding.Mesh], batches: Sequence[int],
+              lengths: Sequence[int], param_dtypes: Sequence[str], on_row=None,
+              done: Iterable[tuple] = (), **kwargs) -> List[PlanRow]:
+  """`plan_decode` over meshes x param dtypes x batches x lengths (skips B % data != 0).
+
+  Args:
+    meshes: ('data', 'model') meshes (`sharding.make_mesh` or `tpu_v4_mesh`).
+    batches: B values.
+    lengths: L values.
+    param_dtypes: e.g. ('float32', 'bfloat16').
+    on_row: called with each PlanRow as soon as it is measured.
+    done: `PlanRow.key`s to skip (cells measured by an earlier, interrupted run).
+    **kwargs: the rest of `plan_decode`'s arguments (target, draft, gamma, input_len...).
+
+  Returns:
+    The rows, in that order.
+  """
+  rows, done = [], set(done)
+  for mesh in meshes:
+    for param_dtype in param_dtypes:
+      for batch in batches:
+        if batch % mesh.shape['data']:
+          continue
+        for length in lengths:
+          if (sharding.mesh_shape(mesh), jnp.dtype(param_dtype).name, batch, length) in done:
+            continue
+          row = plan_decode(mesh, batch=batch, max_decode_len=length,
+                            param_dtype=param_dtype, **kwargs)
+          rows.append(row)
+          if on_row:
+            on_row(row)
+    sharded.build.cache_clear()  # the programs of a finished mesh are not needed again
+  return rows
+
+
+def _gib(n: int) -> str:
+  return f'{n / GIB:.2f}'
+
+
+def to_markdown(rows: Sequence[PlanRow]) -> str:
+  """One table row per PlanRow (GiB per device, and per chip); **NO** above 32 GiB a chip."""
+  lines = [
+      '| chips | mesh (data x model) | param dtype | B | L | params | caches | prefill '
+      'arg / out / temp | loop arg / out / temp | peak / device | peak / chip | fits 32 GiB |',
+      '|---:|:---:|:---:|---:|---:|---:|---:|:---:|:---:|---:|---:|:---:|']
+  for r in rows:
+    cells = [f'{r.chips}', f'{r.mesh[0]}x{r.mesh[1]}', r.param_dtype, f'{r.batch}',
+             f'{r.max_decode_len}', _gib(r.params), _gib(r.caches)]
+    if r.error:
+      cells += [r.error.replace('|', '/'), '', '', '', '**NO**']
+    else:
+      program = lambda m: ' / '.join(_gib(m[k]) for k in ('argument', 'output', 'temp'))
+      cells += [program(r.prefill), program(r.loop), _gib(r.peak), _gib(r.chip_peak),
+                'yes' if r.fits else '**NO**']
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def summarize(rows: Sequence[PlanRow]) -> str:
+  """One markdown bullet per (chips, param dtype): the (B, L) cells that fit 32 GiB a chip."""
+  groups = {}
+  for r in rows:
+    groups.setdefault((r.chips, r.param_dtype), []).append(r)
+  lines = []
+  for (chips, dtype), group in groups.items():
+    fit = [f'B={r.batch} L={r.max_decode_len}' for r in group if r.fits]
+    verdict = ', '.join(fit) if len(fit) < len(group) else 'every planned B and L'
+    lines.append(f'- {chips} chip{"s" if chips > 1 else ""}, {dtype} params: fits '
+                 f'{verdict or "nothing"}')
+  return '\n'.join(lines) + '\n'

@@ -1,0 +1,180 @@
+"""python -m specjax.plan: per-device memory of T5-XXL speculative decoding on TPU meshes.
+
+Compiles the real sharded decode (target t5_xxl, draft t5_small, gamma 7, bfloat16
+activations) for each mesh, batch and decode length against shapes only, on simulated
+CPU devices and, with `--tpu`, for compile-only TPU v4 chips (libtpu), and writes the
+tables to docs/scale.md (see `memory_plan.py`). The full grid with --tpu takes about an
+hour on two CPU cores; `--quick` plans 1 and 4 chips at B 1 and 8, L 128 only.
+"""
+from __future__ import annotations
+
+import os
+
+# The simulated devices must exist before jax starts its CPU backend (lazily, at the first
+# device query), so this runs before anything below can touch one.
+_DEVICES = 16
+os.environ['JAX_PLATFORMS'] = 'cpu'
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                           f' --xla_force_host_platform_device_count={_DEVICES}').strip()
+
+import argparse  # pylint: disable=g-import-not-at-top,wrong-import-position
+import datetime
+import functools
+import importlib.util
+import json
+import sys
+
+import jax
+
+jax.config.update('jax_platforms', 'cpu')  # plan on the host even on a TPU VM
+
+from specjax import memory_plan, sharding  # pylint: disable=wrong-import-position
+from specjax.models.t5_config import T5_CONFIGS
+
+FULL = dict(meshes=((1, 1), (1, 4), (1, 8), (2, 8)), batches=(1, 8, 32), lengths=(128, 256),
+            param_dtypes=('float32', 'bfloat16'))
+QUICK = dict(meshes=((1, 1), (1, 4)), batches=(1, 8), lengths=(128,),
+             param_dtypes=('float32', 'bfloat16'))
+
+_EXPLAIN = """\
+Per-device memory of one speculative decode, planned ahead of time: `jax.jit(...).lower(
+ShapeDtypeStruct...).compile().memory_analysis()` of the two sharded programs that
+`speculative_decode(..., mesh=)` runs (prefill: encode + fill both caches; loop: the
+while loop with the state donated), no weights loaded. Target {target}, draft {draft},
+gamma {gamma}, {act} activations and caches, input length {input_len}, sampling
+(temperature {temperature}); T5X's standard logical axis rules (batch->data; vocab, mlp,
+heads, joined_kv->model; the draft's 6 heads divide none of the model axes here, so its
+attention is replicated). A v4-8 slice is 4 chips, v4-16 is 8, v4-32 is 16. GiB:
+
+- params: target + draft params one device holds (float32 is what `load_model` returns
+  today; bfloat16 halves it).
+- caches: self-attention KV caches + cross-attention K/V of both models, per device.
+- prefill / loop arg / out / temp: the two programs' `memory_analysis()` per device:
+  arguments (params, inputs; the loop's also the donated state and the encoded inputs),
+  outputs (the loop's state output aliases its donated argument) and XLA's scratch.
+- peak / device: max over the two programs of argument + output - alias + temp (params
+  are arguments of both); peak / chip adds a chip's devices. Above 32 GiB (one TPU v4
+  chip's HBM) is flagged **NO**.
+- B must divide by the data axis: B=1 is not planned on data=2 meshes.
+"""
+
+_CPU = """\
+## Simulated CPU devices (one device = one chip)
+
+CPU XLA has no bfloat16 matmul: it converts every bfloat16 operand to float32 and hoists
+those converts of loop-invariant weights out of the loop, so its temp holds a float32
+copy of the weights that TPU never makes. These rows are an upper bound; the TPU rows
+below are the estimate to trust.
+
+"""
+
+_TPU = """\
+## TPU v4, compile-only (libtpu, no TPU needed)
+
+The same programs compiled by libtpu for TPU v4 TensorCores (`memory_plan.tpu_v4_mesh`).
+Compile-only topologies expose two cores per chip (no megacore), so the mesh counts
+cores: 1 chip is 1x2, 4 chips 1x8, 8 chips 1x16, 16 chips 2x16, and a chip holds its
+two cores' peaks.
+
+"""
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog='python -m specjax.plan', description=__doc__.split('\n')[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument('--target', default='t5_xxl', help='target registry name')
+  p.add_argument('--draft', default='t5_small', help='draft registry name')
+  p.add_argument('--gamma', type=int, default=7)
+  p.add_argument('--input-len', type=int, default=128, help='encoder length S')
+  p.add_argument('--dtype', default='bfloat16', help='activation and cache dtype')
+  p.add_argument('--temperature', type=float, default=1.0, help='0 plans greedy')
+  p.add_argument('--quick', action='store_true', help='1 and 4 chips, B 1 and 8, L 128')
+  p.add_argument('--tpu', action='store_true', help='also compile for TPU v4 with libtpu '
+                 '(pip install libtpu; no TPU needed)')
+  p.add_argument('--output', default='docs/scale.md', help='markdown file to write; the '
+                 'rows also go to the same path with .json, as they are measured')
+  p.add_argument('--resume', action='store_true', help='keep the rows of that .json and '
+                 'plan only the missing cells (after an interrupted run)')
+  return p.parse_args(argv)
+
+
+def _header(args, grid, argv) -> str:
+  command = ' '.join(['python -m specjax.plan'] + [a for a in argv if a != '--resume'])
+  today = datetime.date.today().isoformat()
+  text = (f'# Memory plan: {args.target} + {args.draft} on TPU v4\n\n'
+          f'Generated by `{command}` on {today} with jax {jax.__version__} '
+          f'({"quick" if args.quick else "full"} grid: '
+          f'{", ".join(str(d * m) for d, m in grid["meshes"])} chips; B {grid["batches"]}; '
+          f'L {grid["lengths"]}). Do not edit by hand: rerun the command.\n\n')
+  return text + _EXPLAIN.format(target=args.target, draft=args.draft, gamma=args.gamma,
+                                act=args.dtype, input_len=args.input_len,
+                                temperature=args.temperature) + '\n'
+
+
+def _tpu_meshes(shapes):
+  os.environ.setdefault('TPU_ACCELERATOR_TYPE', 'v4-8')  # quiets libtpu's host probing
+  os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
+  return [memory_plan.tpu_v4_mesh(d * m, d) for d, m in shapes]
+
+
+def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  args = parse_args(argv)
+  for name in (args.target, args.draft):
+    if name not in T5_CONFIGS:
+      print(f'error: unknown model {name!r}; pass one of {", ".join(sorted(T5_CONFIGS))}',
+            file=sys.stderr)
+      return 2
+  if args.tpu and importlib.util.find_spec('libtpu') is None:
+    print('error: --tpu needs libtpu; pip install libtpu (no TPU needed)', file=sys.stderr)
+    return 2
+  grid = QUICK if args.quick else FULL
+  if jax.device_count() < _DEVICES:
+    print(f'error: {jax.device_count()} devices; run it as its own process (python -m '
+          'specjax.plan) so that it can simulate 16', file=sys.stderr)
+    return 2
+  header = _header(args, grid, argv)
+  rows_path = os.path.splitext(args.output)[0] + '.json'
+  os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+  tables = {'cpu': [], 'tpu': []}
+  if args.resume and os.path.exists(rows_path):
+    with open(rows_path, encoding='utf-8') as f:
+      tables = {k: [memory_plan.PlanRow.from_json(r) for r in v]
+                for k, v in json.load(f).items()}
+
+  def write(backend, row):
+    tables[backend].append(row)
+    with open(rows_path, 'w', encoding='utf-8') as f:
+      json.dump({k: [r.to_json() for r in v] for k, v in tables.items()}, f, indent=1)
+    print(f'{backend} {row.chips} chips {row.mesh[0]}x{row.mesh[1]} {row.param_dtype} '
+          f'B={row.batch} L={row.max_decode_len}: '
+          f'{row.error or f"{row.chip_peak / memory_plan.GIB:.2f} GiB a chip"} '
+          f'({row.compile_seconds:.0f} s)', file=sys.stderr, flush=True)
+    render()
+
+  def render():
+    text = header
+    for key, intro in (('tpu', _TPU), ('cpu', _CPU)):
+      if tables[key]:
+        text += (intro + memory_plan.summarize(tables[key]) + '\n' +
+                 memory_plan.to_markdown(tables[key]) + '\n')
+    with open(args.output, 'w', encoding='utf-8') as f:
+      f.write(text.rstrip('\n') + '\n')
+
+  common = dict(target=T5_CONFIGS[args.target], draft=T5_CONFIGS[args.draft],
+                gamma=args.gamma, input_len=args.input_len, activation_dtype=args.dtype,
+                temperature=args.temperature, rules=sharding.STANDARD_RULES)
+  runs = [('cpu', [sharding.make_mesh(shape=s) for s in grid['meshes']], 1)]
+  if args.tpu:
+    runs.insert(0, ('tpu', _tpu_meshes(grid['meshes']), 2))
+  for backend, meshes, per_chip in runs:
+    memory_plan.plan_grid(meshes, grid['batches'], grid['lengths'], grid['param_dtypes'],
+                          on_row=functools.partial(write, backend),
+                          done=[r.key for r in tables[backend]],
+                          devices_per_chip=per_chip, **common)
+  render()
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
