@@ -1,0 +1,309 @@
+"""The decode job behind `python -m specjax.decode`: load a pair, decode inputs, measure.
+
+Everything here is importable and tested without the CLI. Shape letters: B batch,
+S encoder length, L max_decode_len.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Iterator, List, Optional, Sequence
+
+import jax
+import numpy as np
+
+from specjax import checkpoints, decoding, sharding
+from specjax.models.t5 import T5
+from specjax.models.t5_config import T5_CONFIGS
+from specjax.sampling import SamplingConfig
+
+ASSETS = os.path.join(os.path.dirname(__file__), 'assets', 'demo')
+DEMO_PREFIX = 'translate English to German: '
+_GCS_T5X = 'gs://t5-data/pretrained_models/t5x'
+# Registry names with a public checkpoint or a bundled one (None: the model has none).
+DEFAULT_CHECKPOINTS = {
+    'demo_target': os.path.join(ASSETS, 'target'),
+    'demo_draft': os.path.join(ASSETS, 'draft'),
+    **{f't5_{s}': f'{_GCS_T5X}/t5_1_1_{s}/checkpoint_1000000'
+       for s in ('small', 'base', 'large', 'xl', 'xxl')},
+    't5_1_0_small': f'{_GCS_T5X}/t5_small/checkpoint_1000000',
+    't5_1_0_base': f'{_GCS_T5X}/t5_base/checkpoint_999900',
+    't5_1_0_large': f'{_GCS_T5X}/t5_large/checkpoint_1000700',
+    't5_1_0_3b': f'{_GCS_T5X}/t5_3B/checkpoint_1000000',
+    't5_1_0_11b': f'{_GCS_T5X}/t5_11B/checkpoint_1000000',
+}
+DEMO_VOCAB = os.path.join(ASSETS, 'spm.model')
+T5_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
+DEMO_SAMPLES = os.path.join(ASSETS, 'samples.jsonl')
+
+
+@dataclasses.dataclass
+class DecodeJob:
+  """Everything one decode run needs (the CLI's flags)."""
+
+  target: str = 'demo_target'
+  draft: str = 'demo_draft'
+  target_checkpoint: Optional[str] = None
+  draft_checkpoint: Optional[str] = None
+  vocab: Optional[str] = None
+  draft_vocab: Optional[str] = None
+  input: Optional[str] = None
+  output: Optional[str] = None
+  prefix: Optional[str] = None
+  gamma: object = 4  # an int >= 1, or 'auto'
+  temperature: float = 0.0
+  top_k: int = 0
+  top_p: float = 1.0
+  seed: int = 0
+  batch_size: int = 8
+  max_input_len: int = 64
+  max_decode_len: int = 64
+  truncate_inputs: bool = False
+  compare: bool = True
+  dtype: Optional[str] = None
+  progress: bool = True
+  num_partitions: Optional[int] = None  # model-parallel size; data takes the other devices
+  mesh: Optional[str] = None  # or an explicit 'data=D,model=M'
+  parameter_partitioning_dims: int = 1  # 2 also shards params' embed over data
+
+
+def job_mesh(job: DecodeJob):
+  """The job's ('data', 'model') mesh, or None to run unsharded on one device.
+
+  Raises:
+    ValueError: both --num-partitions and --mesh, or sizes that do not fit the devices.
+  """
+  if job.num_partitions is None and job.mesh is None:
+    return None
+  if job.num_partitions is not None and job.mesh is not None:
+    raise ValueError('pass either --num-partitions or --mesh, not both')
+  if job.mesh is not None:
+    return sharding.mesh_from_spec(job.mesh)
+  return sharding.make_mesh(num_partitions=job.num_partitions)
+
+
+def job_rules(job: DecodeJob) -> sharding.Rules:
+  """T5X's standard logical axis rules for the job's parameter partitioning dims."""
+  return sharding.standard_logical_axis_rules(job.parameter_partitioning_dims)
+
+
+def _default(name: str, given: Optional[str], flag: str) -> str:
+  if given:
+    return given
+  if name not in T5_CONFIGS:
+    raise ValueError(f'unknown model {name!r}; pass one of {", ".join(sorted(T5_CONFIGS))}')
+  if name not in DEFAULT_CHECKPOINTS:
+    raise ValueError(f'{name} has no published checkpoint; pass {flag} PATH')
+  return DEFAULT_CHECKPOINTS[name]
+
+
+def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=sharding.STANDARD_RULES):
+  shardings = None
+  if mesh is not None:
+    shardings = sharding.param_shardings(T5(checkpoints.resolve_config(name)), mesh, rules)
+  try:
+    return checkpoints.load_model(name, path, dtype=dtype, shardings=shardings)
+  except (ValueError, FileNotFoundError, OSError) as e:
+    if path.startswith('gs://'):
+      raise ValueError(f'cannot read {path} (no GCS access?); copy it locally and pass '
+                       f'{flag} PATH') from e
+    raise
+
+
+def load_pair(job: DecodeJob, mesh=None):
+  """Loads target, draft and vocabulary, checking that they fit together.
+
+  Args:
+    job: the run's settings.
+    mesh: optional mesh; params are then loaded straight into their shardings.
+
+  Returns:
+    (target, target_params, draft, draft_params, vocab).
+  """
+  target_path = _default(job.target, job.target_checkpoint, '--target-checkpoint')
+  draft_path = _default(job.draft, job.draft_checkpoint, '--draft-checkpoint')
+  demo = job.target.startswith('demo_')
+  vocab_path = job.vocab or (DEMO_VOCAB if demo else T5_VOCAB)
+  vocab = checkpoints.load_vocab(vocab_path)
+  if job.draft_vocab:
+    draft_vocab = checkpoints.load_vocab(job.draft_vocab)
+    if draft_vocab._sp.serialized_model_proto() != vocab._sp.serialized_model_proto():  # pylint: disable=protected-access
+      raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
+                       f'{vocab_path}; speculative decoding needs one shared vocabulary')
+  rules = job_rules(job)
+  target, tp = _load(job.target, target_path, '--target-checkpoint', job.dtype, mesh, rules)
+  draft, dp = _load(job.draft, draft_path, '--draft-checkpoint', job.dtype, mesh, rules)
+  if target.vocab_size != draft.vocab_size:
+    raise ValueError(f'the draft {job.draft} has {draft.vocab_size} logits but the target '
+                     f'{job.target} has {target.vocab_size}; pick a draft trained on the '
+                     'target\'s vocabulary')
+  vocab.check_fits(target.vocab_size)
+  return target, tp, draft, dp, vocab
+
+
+def read_inputs(path: Optional[str], prefix: str) -> List[dict]:
+  """Reads plain lines or JSONL with an "inputs" field (file or '-' for stdin).
+
+  Returns:
+    One dict per example: {"inputs": text (prefix added if missing), and any other fields}.
+  """
+  path = path or DEMO_SAMPLES
+  if path != '-' and not os.path.exists(path):
+    raise FileNotFoundError(f'input file {path} does not exist; pass --input FILE (or - for '
+                            'stdin)')
+  stream = sys.stdin if path == '-' else open(path, encoding='utf-8')
+  examples = []
+  with stream:
+    for number, line in enumerate(stream, 1):
+      line = line.rstrip('\n')
+      if not line.strip():
+        continue
+      if line.lstrip().startswith('{'):
+        record = json.loads(line)
+        if 'inputs' not in record:
+          raise ValueError(f'{path}:{number}: a JSON line needs an "inputs" field')
+      else:
+        record = {'inputs': line}
+      if prefix and not record['inputs'].startswith(prefix):
+        record['inputs'] = prefix + record['inputs']
+      examples.append(record)
+  if not examples:
+    raise ValueError(f'input {path} has no examples; pass --input with one text per line')
+  return examples
+
+
+def tokenize(vocab, texts: Sequence[str], max_len: int, truncate: bool) -> np.ndarray:
+  """Texts -> [B, S] int32 with EOS, right-padded; refuses over-long texts unless truncating."""
+  rows = np.zeros((len(texts), max_len), np.int32)
+  for i, text in enumerate(texts):
+    ids = vocab.encode(text)
+    if len(ids) + 1 > max_len:
+      if not truncate:
+        raise ValueError(f'input {i + 1} has {len(ids) + 1} tokens with EOS, more than '
+                         f'--max-input-len {max_len}; raise it or pass --truncate-inputs')
+      ids = ids[:max_len - 1]
+    rows[i, :len(ids) + 1] = ids + [vocab.eos_id]
+  return rows
+
+
+def batches(num: int, size: int) -> Iterator[slice]:
+  for start in range(0, num, size):
+    yield slice(start, min(start + size, num))
+
+
+def _timed(fn):
+  start = time.perf_counter()
+  out = jax.block_until_ready(fn())
+  return out, time.perf_counter() - start
+
+
+def run(job: DecodeJob, on_record=None) -> dict:
+  """Decodes every input speculatively (and with the target alone, to compare).
+
+  Args:
+    job: the run's settings.
+    on_record: called with each output record as soon as its batch is done.
+
+  Returns:
+    The summary dict: gamma, alpha, tokens_per_call, target_calls, tokens_per_second,
+    speedup, identical_to_target, num_examples and more.
+  """
+  if job.batch_size < 1:
+    raise ValueError(f'--batch-size must be >= 1, got {job.batch_size}')
+  if job.max_input_len < 1:
+    raise ValueError(f'--max-input-len must be >= 1, got {job.max_input_len}')
+  sampling = SamplingConfig(job.temperature, job.top_k, job.top_p)
+  mesh = job_mesh(job)
+  if mesh is not None:
+    sharding.check_batch(job.batch_size, mesh)  # before loading anything big
+  target, tp, draft, dp, vocab = load_pair(job, mesh)
+  sampling.validate(target.vocab_size)
+  prefix = job.prefix if job.prefix is not None else (
+      DEMO_PREFIX if job.target.startswith('demo_') else '')
+  examples = read_inputs(job.input, prefix)
+  inputs = tokenize(vocab, [e['inputs'] for e in examples], job.max_input_len,
+                    job.truncate_inputs)  # [N, S]
+  kwargs = dict(max_decode_len=job.max_decode_len, sampling=sampling, mesh=mesh,
+                rules=job_rules(job) if mesh is not None else None)
+  rng = jax.random.PRNGKey(job.seed)
+
+  def padded(rows):  # fixed batch shape: one compilation for every batch
+    pad = np.zeros((job.batch_size - len(rows), rows.shape[1]), np.int32)
+    pad[:, 0] = vocab.eos_id
+    return np.concatenate([rows, pad])
+
+  spec = lambda x, key: decoding.speculative_decode(target, tp, draft, dp, x, gamma=job.gamma,
+                                                    rng=key, **kwargs)
+  base = lambda x, key: decoding.autoregressive_decode(target, tp, x, rng=key, **kwargs)
+  warm = padded(inputs[:job.batch_size])
+  gamma_reason = None
+  if job.gamma == 'auto':
+    from specjax import benchmark  # pylint: disable=import-outside-toplevel
+    job = dataclasses.replace(job)
+    job.gamma, gamma_reason = benchmark.choose_gamma(target, tp, draft, dp, warm, sampling,
+                                                     job.max_decode_len)
+  _, compile_seconds = _timed(lambda: spec(warm, rng))
+  if job.compare:
+    _timed(lambda: base(warm, rng))
+
+  totals = dict(spec_seconds=0.0, base_seconds=0.0, tokens=0, base_tokens=0, calls=0,
+                accepted=0, drafted=0, beta_sum=0.0, beta_count=0)
+  identical = True
+  progress = _progress(len(examples), job.progress)
+  for index, rows in enumerate(batches(len(examples), job.batch_size)):
+    key = jax.random.fold_in(rng, index)
+    x = padded(inputs[rows])
+    out, seconds = _timed(lambda: spec(x, key))
+    real = rows.stop - rows.start
+    totals['spec_seconds'] += seconds
+    s = jax.tree.map(lambda a: np.asarray(a)[:real], out.stats)
+    tokens, lengths = np.asarray(out.tokens)[:real], np.asarray(out.lengths)[:real]
+    totals['tokens'] += int(lengths.sum())
+    totals['calls'] += int(s.target_calls.sum())
+    totals['accepted'] += int(s.accepted.sum())
+    totals['drafted'] += int(s.drafted.sum())
+    totals['beta_sum'] += float(s.beta_sum.sum())
+    totals['beta_count'] += int(s.beta_count.sum())
+    if job.compare:
+      ref, base_seconds = _timed(lambda: base(x, key))
+      totals['base_seconds'] += base_seconds
+      totals['base_tokens'] += int(np.asarray(ref.lengths)[:real].sum())
+      if sampling.greedy:
+        identical &= bool(np.array_equal(np.asarray(ref.tokens)[:real], tokens))
+    for i, example in enumerate(examples[rows]):
+      record = dict(example)
+      record.update(prediction=vocab.decode(tokens[i]), num_tokens=int(lengths[i]),
+                    target_calls=int(s.target_calls[i]), accepted=int(s.accepted[i]),
+                    drafted=int(s.drafted[i]))
+      if on_record:
+        on_record(record)
+    progress.update(real)
+  progress.close()
+
+  t = totals
+  summary = dict(
+      target=job.target, draft=job.draft, gamma=job.gamma, temperature=job.temperature,
+      top_k=job.top_k, top_p=job.top_p, batch_size=job.batch_size, num_examples=len(examples),
+      alpha=t['beta_sum'] / max(t['beta_count'], 1),
+      acceptance_rate=t['accepted'] / max(t['drafted'], 1),
+      tokens_per_call=(t['accepted'] + t['calls']) / max(t['calls'], 1),
+      target_calls=t['calls'], generated_tokens=t['tokens'],
+      tokens_per_second=t['tokens'] / max(t['spec_seconds'], 1e-9),
+      seconds=t['spec_seconds'], compile_seconds=compile_seconds,
+      baseline_tokens_per_second=(t['base_tokens'] / t['base_seconds']
+                                  if job.compare else None),
+      speedup=t['base_seconds'] / t['spec_seconds'] if job.compare else None,
+      identical_to_target=(identical if job.compare and sampling.greedy else None),
+      gamma_reason=gamma_reason,
+      backend=jax.default_backend(), devices=jax.device_count(),
+      mesh=dict(mesh.shape) if mesh is not None else None)
+  return summary
+
+
+def _progress(total: int, enabled: bool):
+  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+  return tqdm(total=total, unit='ex', desc='decoding', disable=not enabled, file=sys.stderr,
+              leave=False)

@@ -1,0 +1,103 @@
+"""python -m specjax.decode end to end on the bundled demo pair, and its one-line errors."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specjax import decode
+from specjax.run import ASSETS
+
+SENTENCES = ['Unable to open the file', 'Save changes before closing?', 'Print the page']
+
+
+def _run_cli(args, stdin=None):
+  return subprocess.run([sys.executable, '-m', 'specjax.decode'] + args, input=stdin,
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_cli_end_to_end_on_three_sentences(tmp_path):
+  src, out = tmp_path / 'in.txt', tmp_path / 'out.jsonl'
+  src.write_text('\n'.join(SENTENCES) + '\n')
+  proc = _run_cli(['--input', str(src), '--output', str(out), '--json', '--batch-size', '2',
+                   '--gamma', '3', '--quiet'])
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  for key in ('gamma', 'alpha', 'tokens_per_call', 'target_calls', 'tokens_per_second',
+              'speedup', 'identical_to_target', 'num_examples'):
+    assert key in summary, key
+  assert summary['num_examples'] == 3 and summary['gamma'] == 3
+  assert summary['identical_to_target'] is True
+  assert 0.0 <= summary['alpha'] <= 1.0
+  assert 1.0 <= summary['tokens_per_call'] <= 4.0
+  records = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [r['inputs'] for r in records] == [
+      'translate English to German: ' + s for s in SENTENCES]
+  for r in records:
+    assert isinstance(r['prediction'], str) and r['prediction'].strip()
+    assert r['num_tokens'] >= 1 and r['target_calls'] >= 1
+
+
+def _error(args, tmp_path, capsys):
+  assert decode.main(args + ['--quiet']) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith('error: ') and '\n' not in err and 'Traceback' not in err
+  return err
+
+
+def test_empty_input_file(tmp_path, capsys):
+  empty = tmp_path / 'empty.txt'
+  empty.write_text('\n\n')
+  assert 'has no examples' in _error(['--input', str(empty)], tmp_path, capsys)
+
+
+def test_line_longer_than_encoder(tmp_path, capsys):
+  long = tmp_path / 'long.txt'
+  long.write_text('open the file and save it ' * 20 + '\n')
+  err = _error(['--input', str(long), '--max-input-len', '16'], tmp_path, capsys)
+  assert '--max-input-len 16' in err and '--truncate-inputs' in err
+
+
+def test_truncation_only_when_asked(tmp_path):
+  long = tmp_path / 'long.txt'
+  long.write_text('open the file and save it ' * 20 + '\n')
+  proc = _run_cli(['--input', str(long), '--max-input-len', '16', '--truncate-inputs',
+                   '--json', '--quiet', '--max-decode-len', '8', '--no-compare'])
+  assert proc.returncode == 0, proc.stderr
+  assert json.loads(proc.stdout.splitlines()[-1])['num_examples'] == 1
+
+
+def test_unknown_registry_name_lists_known(tmp_path, capsys):
+  err = _error(['--target', 't5_huge'], tmp_path, capsys)
+  assert "unknown model 't5_huge'" in err and 't5_xxl' in err and 'demo_target' in err
+
+
+def test_draft_with_another_vocabulary(tmp_path, capsys):
+  import sentencepiece as spm
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text('\n'.join(['hello world', 'guten tag welt', 'open the file'] * 50))
+  spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / 'other'),
+                                 vocab_size=20, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+  err = _error(['--draft-vocab', str(tmp_path / 'other.model')], tmp_path, capsys)
+  assert 'differs from the target' in err
+
+
+def test_gcs_default_without_access_names_the_flag(tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv('SPECJAX_GCS_TIMEOUT', '3')  # no network here: fail fast
+  err = _error(['--target', 't5_xxl', '--draft', 't5_small', '--vocab',
+                os.path.join(ASSETS, 'spm.model')], tmp_path, capsys)
+  assert 'gs://t5-data/pretrained_models/t5x/t5_1_1_xxl/checkpoint_1000000' in err
+  assert '--target-checkpoint' in err
+
+
+def test_gamma_auto_explains_its_choice(tmp_path):
+  src = tmp_path / 'in.txt'
+  src.write_text('\n'.join(SENTENCES) + '\n')
+  proc = _run_cli(['--input', str(src), '--gamma', 'auto', '--json', '--quiet',
+                   '--batch-size', '3', '--max-decode-len', '16'])
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert isinstance(summary['gamma'], int) and 1 <= summary['gamma'] <= 8
+  assert f'gamma {summary["gamma"]} maximises the predicted speedup' in summary['gamma_reason']
+  assert summary['identical_to_target'] is True
