@@ -24,6 +24,7 @@ import subprocess
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import sacrebleu
 
@@ -60,6 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--draft-soft-weight', type=float, default=0.5,
                  help='weight of KL(target || draft) per token (the rest: cross-entropy on '
                  'the target\'s greedy tokens); 0 trains on the greedy tokens alone')
+  p.add_argument('--soft-top-k', type=int, default=16,
+                 help='target log-probs kept per position for the draft\'s KL term')
   p.add_argument('--draft-real-fraction', type=float, default=0.0,
                  help='share of real references added to the distilled draft data')
   p.add_argument('--warmup-steps', type=int, default=100)
@@ -103,8 +106,8 @@ def _sp(args):
 
 
 def _train(args, name, config, inputs, targets, val_inputs, val_targets, minutes, steps, lr,
-           teacher=None, soft_weight=0.0):
-  data = training.BucketedData(inputs, targets, args.buckets, seed=args.seed)
+           soft=None, soft_weight=0.0):
+  data = training.BucketedData(inputs, targets, args.buckets, seed=args.seed, soft=soft)
   val = training.eval_batches(val_inputs, val_targets, args.buckets)
   log(f'{name}: {len(data)} training pairs ({data.dropped} longer than the largest bucket '
       f'dropped), {data.steps_per_epoch} steps per epoch')
@@ -112,7 +115,7 @@ def _train(args, name, config, inputs, targets, val_inputs, val_targets, minutes
                              warmup_steps=args.warmup_steps, eval_every=args.eval_every,
                              seed=args.seed, soft_weight=soft_weight)
   summary = training.train(T5(config), data, val, os.path.join(args.workdir, name), cfg,
-                           log=lambda m: log(f'{name}: {m}'), teacher=teacher)
+                           log=lambda m: log(f'{name}: {m}'))
   summary.update(training_pairs=len(data), dropped=data.dropped, peak_lr=lr,
                  buckets=[vars(b) for b in args.buckets], soft_weight=soft_weight)
   with open(os.path.join(args.workdir, name, 'summary.json'), 'w') as f:
@@ -144,6 +147,27 @@ def greedy_decode(model, params, inputs, args, batch=None, width=None):
   return out
 
 
+def teacher_top_k(model, params, inputs, outputs, args):
+  """The target's top-K (ids int16, log-probs float16), each [N, L, K], at every position
+  of its own outputs [N, L] given `inputs` (id lists); length-sorted batches."""
+  fn = jax.jit(lambda p, x, y: jax.lax.top_k(jax.nn.log_softmax(
+      model.logits(p, x, training.shift_right(y))), args.soft_top_k))
+  n, length = outputs.shape
+  ids = np.zeros((n, length, args.soft_top_k), np.int16)
+  logp = np.zeros((n, length, args.soft_top_k), np.float16)
+  out_len = np.argmax(np.concatenate([outputs, np.ones((n, 1), outputs.dtype)], 1) == 1, 1)
+  order = np.argsort(np.maximum([len(x) for x in inputs], out_len + 1), kind='stable')
+  for k in range(0, n, args.decode_batch):
+    rows = order[k:k + args.decode_batch]
+    rows = np.concatenate([rows, rows[:1].repeat(args.decode_batch - len(rows))])
+    width = min(length, -(-max(max(len(inputs[i]) for i in rows), out_len[rows].max() + 1)
+                          // 16) * 16)
+    x = training.pad_rows([inputs[i] for i in rows], max(width, 16))
+    top_logp, top_ids = fn(params, x, outputs[rows, :width])
+    ids[rows, :width], logp[rows, :width] = np.asarray(top_ids), np.asarray(top_logp)
+  return ids, logp
+
+
 def stage_distill(args):
   sp, model = _sp(args), T5(demo_target)
   params = training.load_trained_params(model, os.path.join(args.workdir, 'target'))
@@ -151,59 +175,70 @@ def stage_distill(args):
   os.makedirs(os.path.join(args.workdir, 'distill'), exist_ok=True)
   for split in ('validation', 'train'):
     path = os.path.join(args.workdir, 'distill', f'{split}.npz')
-    if os.path.exists(path):
+    saved = dict(np.load(path)) if os.path.exists(path) else {}
+    if 'soft_ids' in saved and saved['soft_ids'].shape[-1] == args.soft_top_k:
       log(f'distill-data: {path} exists, skipping')
       continue
     inputs, _, _ = load_split(args, sp, split)
-    index = np.array([i for i, x in enumerate(inputs) if len(x) <= limit])
     start = time.time()
-    # Chunks of 16 batches are saved as they finish so that a restart loses little.
-    chunk, parts = 16 * args.decode_batch, []
-    for c in range(0, len(index), chunk):
-      part = os.path.join(args.workdir, 'distill', f'{split}.part{c // chunk:03d}.npy')
-      if not os.path.exists(part):
-        np.save(part, greedy_decode(model, params, [inputs[i] for i in index[c:c + chunk]],
-                                    args))
-        log(f'distill-data: {split} {min(c + chunk, len(index))}/{len(index)} '
-            f'({(time.time() - start) / 60:.1f} min)')
-      parts.append(part)
-    outputs = np.concatenate([np.load(p) for p in parts])
-    np.savez(path, index=index, outputs=outputs, minutes=(time.time() - start) / 60)
-    for p in parts:
-      os.remove(p)
-    finished = np.any(outputs == demo_data.EOS_ID, axis=1).mean()
-    log(f'distill-data: {split}: {len(index)} outputs, {finished:.1%} end in EOS')
+    if 'outputs' not in saved:
+      index = np.array([i for i, x in enumerate(inputs) if len(x) <= limit])
+      # Chunks of 16 batches are saved as they finish so that a restart loses little.
+      chunk, parts = 16 * args.decode_batch, []
+      for c in range(0, len(index), chunk):
+        part = os.path.join(args.workdir, 'distill', f'{split}.part{c // chunk:03d}.npy')
+        if not os.path.exists(part):
+          np.save(part, greedy_decode(model, params, [inputs[i] for i in index[c:c + chunk]],
+                                      args))
+          log(f'distill-data: {split} {min(c + chunk, len(index))}/{len(index)} '
+              f'({(time.time() - start) / 60:.1f} min)')
+        parts.append(part)
+      saved = {'index': index, 'outputs': np.concatenate([np.load(p) for p in parts]),
+               'minutes': (time.time() - start) / 60}
+      np.savez(path, **saved)
+      for p in parts:
+        os.remove(p)
+    finished = np.any(saved['outputs'] == demo_data.EOS_ID, axis=1).mean()
+    log(f'distill-data: {split}: {len(saved["index"])} outputs, {finished:.1%} end in EOS')
+    top = time.time()
+    saved['soft_ids'], saved['soft_logp'] = teacher_top_k(
+        model, params, [inputs[i] for i in saved['index']], saved['outputs'], args)
+    saved['minutes'] = float(saved['minutes']) + (time.time() - top) / 60
+    np.savez(path, **saved)
+    log(f'distill-data: {split}: top-{args.soft_top_k} soft targets in '
+        f'{(time.time() - top) / 60:.1f} min')
 
 
 def _distilled(args, sp, split):
-  """(inputs, target-greedy outputs) of a split, rows whose output ended in EOS."""
+  """(inputs, target-greedy outputs, (soft ids, soft logp) [N, L, K]) of a split, for the
+  rows whose output ended in EOS."""
   inputs, _, _ = load_split(args, sp, split)
   saved = np.load(os.path.join(args.workdir, 'distill', f'{split}.npz'))
-  xs, ys = [], []
-  for i, row in zip(saved['index'], saved['outputs']):
-    eos = np.flatnonzero(row == demo_data.EOS_ID)
-    if len(eos):
-      xs.append(inputs[i])
-      ys.append([int(t) for t in row[:eos[0] + 1]])
-  return xs, ys
+  keep = np.any(saved['outputs'] == demo_data.EOS_ID, axis=1)
+  xs = [inputs[i] for i in saved['index'][keep]]
+  ys = [[int(t) for t in row[:np.argmax(row == demo_data.EOS_ID) + 1]]
+        for row in saved['outputs'][keep]]
+  return xs, ys, (saved['soft_ids'][keep], saved['soft_logp'][keep])
 
 
 def stage_draft(args):
   sp = _sp(args)
-  x, y = _distilled(args, sp, 'train')
+  x, y, soft = _distilled(args, sp, 'train')
   if args.draft_real_fraction > 0:
     rx, ry, _ = load_split(args, sp, 'train')
     pick = np.random.default_rng(args.seed).permutation(len(rx))
     pick = pick[:int(args.draft_real_fraction * len(x))]
     x, y = x + [rx[i] for i in pick], y + [ry[i] for i in pick]
-  vx, vy = _distilled(args, sp, 'validation')  # val accuracy ~ agreement with the target
-  teacher = None
-  if args.draft_soft_weight > 0:
-    target = T5(demo_target)
-    teacher = (target, training.load_trained_params(target, os.path.join(args.workdir,
-                                                                          'target')))
+    (_, length, k) = soft[0].shape
+    ids = training.pad_rows([ry[i][:length] for i in pick], length)
+    one_hot = (np.pad(ids[:, :, None], ((0, 0), (0, 0), (0, k - 1))),  # all mass on top-1
+               np.pad(np.zeros(ids.shape + (1,)), ((0, 0), (0, 0), (0, k - 1)),
+                      constant_values=-1e4))
+    soft = tuple(np.concatenate([a, b.astype(a.dtype)]) for a, b in zip(soft, one_hot))
+  vx, vy, _ = _distilled(args, sp, 'validation')  # val accuracy ~ agreement with the target
   _train(args, 'draft', demo_draft, x, y, vx, vy, args.draft_minutes, args.draft_steps,
-         args.draft_lr, teacher, args.draft_soft_weight)
+         args.draft_lr, soft if args.draft_soft_weight > 0 else None,
+         args.draft_soft_weight)
 
 
 def stage_export(args):
@@ -220,36 +255,18 @@ def _du(path):
                         check=False).stdout.split('\t')[0]
 
 
-def _num_params(params):
-  return int(sum(np.size(a) for a in jax.tree.leaves(params)))
-
-
-def _texts(vocab, tokens):
-  return [vocab.decode(row) for row in tokens]
-
-
 def _pair_stats(args, target, tp, draft, dp, inputs, sampling):
-  """Alpha, acceptance rate, tokens per target call of speculative decoding over inputs."""
-  width = -(-max(len(x) for x in inputs) // 16) * 16
-  totals = {'beta_sum': 0.0, 'beta_count': 0, 'accepted': 0, 'drafted': 0, 'calls': 0}
-  tokens = []
+  """Speculative decoding (gamma G) of all inputs: (DecodeStats of all rows, tokens)."""
+  width, stats, tokens = -(-max(len(x) for x in inputs) // 16) * 16, [], []
   for k in range(0, len(inputs), args.decode_batch):
     rows = inputs[k:k + args.decode_batch]
     padded = training.pad_rows(rows + rows[:1] * (args.decode_batch - len(rows)), width)
     out = speculative_decode(target, tp, draft, dp, padded, gamma=args.gamma,
                              max_decode_len=args.max_decode_len, sampling=sampling,
                              rng=jax.random.PRNGKey(args.seed + k))
-    s, n = out.stats, len(rows)
-    totals['beta_sum'] += float(np.sum(s.beta_sum[:n]))
-    totals['beta_count'] += int(np.sum(s.beta_count[:n]))
-    totals['accepted'] += int(np.sum(s.accepted[:n]))
-    totals['drafted'] += int(np.sum(s.drafted[:n]))
-    totals['calls'] += int(np.sum(s.target_calls[:n]))
-    tokens.append(np.asarray(out.tokens)[:n])
-  return {'alpha': totals['beta_sum'] / max(totals['beta_count'], 1),
-          'acceptance_rate': totals['accepted'] / max(totals['drafted'], 1),
-          'tokens_per_call': (totals['accepted'] + totals['calls']) / max(totals['calls'], 1),
-          'target_calls': totals['calls']}, np.concatenate(tokens)
+    stats.append(jax.tree.map(lambda a, n=len(rows): a[:n], out.stats))
+    tokens.append(np.asarray(out.tokens)[:len(rows)])
+  return jax.tree.map(lambda *a: jnp.concatenate(a), *stats), np.concatenate(tokens)
 
 
 def stage_evaluate(args):
@@ -263,15 +280,17 @@ def stage_evaluate(args):
   for name, model, params in (('target', target, tp), ('draft', draft, dp)):
     start = time.time()
     tokens = greedy_decode(model, params, inputs, args, width=width)
-    hyps = _texts(vocab, tokens)
+    hyps = [vocab.decode(row) for row in tokens]
     result[f'{name}_bleu'] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
-    result[f'{name}_params'] = _num_params(params)
+    result[f'{name}_params'] = int(sum(np.size(a) for a in jax.tree.leaves(params)))
     log(f'evaluate: {name} BLEU {result[f"{name}_bleu"]} ({time.time() - start:.0f} s)')
     if name == 'target':
       target_tokens = tokens
   for label, sampling in (('greedy', SamplingConfig()), ('t1', SamplingConfig(1.0))):
     stats, tokens = _pair_stats(args, target, tp, draft, dp, inputs, sampling)
-    result[label] = {k: round(v, 4) if isinstance(v, float) else v for k, v in stats.items()}
+    result[label] = {'alpha': round(stats.alpha, 4), 'target_calls': int(jnp.sum(
+        stats.target_calls)), 'acceptance_rate': round(stats.acceptance_rate, 4),
+                     'tokens_per_call': round(stats.tokens_per_call, 4)}
     if label == 'greedy':
       result['greedy_matches_target'] = int(np.sum(np.all(tokens == target_tokens, axis=1)))
     log(f'evaluate: {label}: {result[label]}')
@@ -283,10 +302,7 @@ def stage_evaluate(args):
 
 def _summary(args, name):
   path = os.path.join(args.workdir, name, 'summary.json')
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    return json.load(f)
+  return json.load(open(path)) if os.path.exists(path) else {}
 
 
 def write_card(args, r):
@@ -306,12 +322,9 @@ def write_card(args, r):
   lines = [
       '# specjax demo models: English -> German T5 target and draft',
       '',
-      'A small T5 1.1 target and a much smaller draft trained from scratch on this '
-      'machine for the speculative decoding demo. Written by `scripts/train_demo.py` '
-      '(evaluate stage); do not edit by hand.',
-      '',
-      '## Data',
-      '',
+      'A small T5 1.1 target and a much smaller draft trained from scratch on this machine '
+      'for the speculative decoding demo. Written by `scripts/train_demo.py` (evaluate '
+      'stage); do not edit by hand.\n\n## Data\n',
       f'English/German message pairs from the gettext catalogs of this Debian system '
       f'(`/usr/share/locale/de/LC_MESSAGES/*.mo`, {catalogs} catalogs: coreutils, git, glib, '
       'gtk, postgres, ...), cleaned and split by `scripts/build_demo_corpus.py`: '
@@ -322,14 +335,13 @@ def write_card(args, r):
       f'{", ".join(f"{b.input_len} tokens x {b.batch}" for b in args.buckets)} and drops the '
       f'{t.get("dropped", "?")} longer train pairs '
       f'({t.get("dropped", 0) / max(counts["train"], 1):.1%}); evaluation keeps all.',
-      '',
-      '## Models and training',
-      '',
+      '\n## Models and training\n',
       'Adafactor (optax, T5X settings), linear warmup then cosine decay over the time budget, '
       'no label smoothing. The target learns the references; the draft learns the target\'s '
       f'own greedy outputs on the train inputs ({d.get("training_pairs", "?")} pairs, decoded '
       f'in {distill_minutes:.1f} min), which is what raises alpha; per token its loss is '
-      f'{d.get("soft_weight", 0)} x KL(target || draft) (the target scoring the same prefix) '
+      f'{d.get("soft_weight", 0)} x KL(target || draft) (the target\'s top-{args.soft_top_k} '
+      'log-probs at the same prefix, stored by distill-data) '
       f'+ {1 - d.get("soft_weight", 0):g} x cross-entropy on the greedy token.',
       '',
       '| model | config | params | steps | epochs | train min | val loss | test BLEU | size |',
@@ -341,9 +353,7 @@ def write_card(args, r):
       f'{d.get("val_accuracy", "?")}. Machine: {os.cpu_count()} CPU cores '
       f'({platform.processor() or platform.machine()}), jax {jax.__version__} on CPU, '
       'float32.',
-      '',
-      '## Test split (500 pairs)',
-      '',
+      '\n## Test split (500 pairs)\n',
       'BLEU: sacrebleu corpus BLEU of greedy outputs (max '
       f'{args.max_decode_len} tokens) against the German references.',
       '',
@@ -362,16 +372,9 @@ def write_card(args, r):
       f'Greedy speculative outputs equal the target\'s own greedy outputs on '
       f'{r["greedy_matches_target"]} of {counts["test"]} rows.',
       '',
-      '## Use',
-      '',
-      '```python',
-      'from specjax import checkpoints',
-      "target, tp = checkpoints.load_model(None, 'specjax/assets/demo/target')",
-      "draft, dp = checkpoints.load_model(None, 'specjax/assets/demo/draft')",
-      "vocab = checkpoints.load_vocab('specjax/assets/demo/spm.model')",
-      '```',
-      '',
-      'Toy models: they translate short software messages, nothing else.',
+      "Load with `checkpoints.load_model(None, 'specjax/assets/demo/target')` (and `draft`), "
+      "vocabulary `checkpoints.load_vocab('specjax/assets/demo/spm.model')`. Toy models: "
+      'they translate short software messages, nothing else.',
       '']
   path = os.path.join(args.assets, 'MODEL_CARD.md')
   with open(path, 'w') as f:

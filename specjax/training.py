@@ -52,15 +52,17 @@ def assign_buckets(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[i
   which = np.full(len(inputs), -1, np.int64)
   by_size = sorted(range(len(buckets)), key=lambda b: dataclasses.astuple(buckets[b]))
   for i, (x, y) in enumerate(zip(inputs, targets)):
-    for b in by_size:
-      if len(x) <= buckets[b].input_len and len(y) <= buckets[b].target_len:
-        which[i] = b
-        break
+    fits = [b for b in by_size if len(x) <= buckets[b].input_len and
+            len(y) <= buckets[b].target_len]
+    which[i] = fits[0] if fits else -1
   return which
 
 
 class BucketedData:
   """Training pairs padded into fixed-shape buckets; batch k of the stream is deterministic.
+
+  Optional soft targets (a teacher's top-K log-probs at each target position) travel
+  with their pairs, for `loss_fn`'s distillation term.
 
   Every epoch shuffles each bucket with a seed derived from (seed, epoch), cuts it into
   full batches (the remainder waits for a later epoch's shuffle) and interleaves the
@@ -74,42 +76,47 @@ class BucketedData:
   """
 
   def __init__(self, inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
-               buckets: Sequence[Bucket], seed: int = 0):
+               buckets: Sequence[Bucket], seed: int = 0,
+               soft: Optional[Tuple[np.ndarray, np.ndarray]] = None):
+    """Pads the pairs (id lists, EOS included) into `buckets`; `soft`: optional (ids,
+    logp), each [N, >= longest target, K], a teacher's top-K at each target position."""
     self.buckets, self.seed = tuple(buckets), seed
     which = assign_buckets(inputs, targets, self.buckets)
     self.dropped = int(np.sum(which < 0))
     self._data = []
     for b, bucket in enumerate(self.buckets):
       idx = np.flatnonzero(which == b)
-      self._data.append((pad_rows([inputs[i] for i in idx], bucket.input_len),  # [n, S]
-                         pad_rows([targets[i] for i in idx], bucket.target_len)))  # [n, T]
+      fields = (pad_rows([inputs[i] for i in idx], bucket.input_len),  # [n, S]
+                pad_rows([targets[i] for i in idx], bucket.target_len))  # [n, T]
+      if soft is not None:  # [n, T, K] each
+        fields += tuple(np.asarray(a)[idx, :bucket.target_len] for a in soft)
+      self._data.append(fields)
     self._plans: Dict[int, List[Tuple[int, np.ndarray]]] = {}
-    self.steps_per_epoch = sum(len(x) // bucket.batch
-                               for (x, _), bucket in zip(self._data, self.buckets))
+    self.steps_per_epoch = sum(len(f[0]) // bucket.batch
+                               for f, bucket in zip(self._data, self.buckets))
     if self.steps_per_epoch == 0:
       raise ValueError('no bucket holds a full batch; lower the batch sizes or add data')
 
   def __len__(self) -> int:
-    return sum(len(x) for x, _ in self._data)
+    return sum(len(f[0]) for f in self._data)
 
   def _plan(self, epoch: int) -> List[Tuple[int, np.ndarray]]:
     """The (bucket, row indices) of every batch of one epoch."""
     if epoch not in self._plans:
       rng = np.random.default_rng([self.seed, epoch])
       plan = []
-      for b, ((x, _), bucket) in enumerate(zip(self._data, self.buckets)):
-        perm = rng.permutation(len(x))
+      for b, (fields, bucket) in enumerate(zip(self._data, self.buckets)):
+        perm = rng.permutation(len(fields[0]))
         plan += [(b, perm[k * bucket.batch:(k + 1) * bucket.batch])
-                 for k in range(len(x) // bucket.batch)]
+                 for k in range(len(perm) // bucket.batch)]
       self._plans = {epoch: [plan[k] for k in rng.permutation(len(plan))]}
     return self._plans[epoch]
 
-  def batch(self, step: int) -> Tuple[np.ndarray, np.ndarray]:
-    """The pair of batch `step`: inputs [B, S] and targets [B, T] int32."""
+  def batch(self, step: int) -> Tuple[np.ndarray, ...]:
+    """Batch `step`: inputs [B, S], targets [B, T] (and soft ids, logp [B, T, K])."""
     epoch, k = divmod(step, self.steps_per_epoch)
     b, rows = self._plan(epoch)[k]
-    inputs, targets = self._data[b]
-    return inputs[rows], targets[rows]
+    return tuple(f[rows] for f in self._data[b])
 
 
 def eval_batches(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
@@ -147,35 +154,38 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> Tuple[jax.Array, jax
           jnp.sum(correct).astype(jnp.float32))
 
 
-def kl_divergence(logits: jax.Array, teacher_logits: jax.Array, targets: jax.Array
-                  ) -> jax.Array:
-  """Sum over non-pad positions of KL(teacher || student), both from logits [B, T, V]."""
+def soft_kl(logits: jax.Array, soft_ids: jax.Array, soft_logp: jax.Array,
+            targets: jax.Array) -> jax.Array:
+  """Sum over non-pad positions of KL(teacher || model), the teacher given by its top-K.
+
+  Args:
+    logits: [B, T, V] the model's.
+    soft_ids: [B, T, K] int, the teacher's K most likely tokens per position.
+    soft_logp: [B, T, K] their log-probs (renormalized here over the K).
+    targets: [B, T], PAD_ID where no position.
+  """
   logq = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [B, T, V]
-  logp = jax.nn.log_softmax(teacher_logits.astype(jnp.float32), axis=-1)  # [B, T, V]
+  logq = jnp.take_along_axis(logq, soft_ids.astype(jnp.int32), axis=-1)  # [B, T, K]
+  logp = jax.nn.log_softmax(soft_logp.astype(jnp.float32), axis=-1)  # [B, T, K]
   kl = jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)  # [B, T]
   return jnp.sum(jnp.where(targets != PAD_ID, kl, 0.0))
 
 
 def loss_fn(model, params: PyTree, inputs: jax.Array, targets: jax.Array,
-            teacher: Optional[Tuple[Any, PyTree]] = None, soft_weight: float = 0.0
-            ) -> Tuple[jax.Array, Dict[str, jax.Array]]:
+            soft_ids: Optional[jax.Array] = None, soft_logp: Optional[jax.Array] = None,
+            soft_weight: float = 0.0) -> Tuple[jax.Array, Dict[str, jax.Array]]:
   """Mean token loss of teacher-forced targets [B, T] given inputs [B, S].
 
-  Without a teacher: cross-entropy. With `teacher` = (model, params): (1 - soft_weight)
-  * cross-entropy + soft_weight * KL(teacher || model) per token, the teacher scoring the
-  same decoder inputs (token-level distillation: every position teaches the whole
-  distribution, not just its argmax).
+  Cross-entropy; with soft targets (a teacher's top-K [B, T, K], see `soft_kl`),
+  (1 - soft_weight) * cross-entropy + soft_weight * KL(teacher || model) per token:
+  every position then teaches the teacher's whole distribution, not just one token.
   """
-  decoder_inputs = shift_right(targets)  # [B, T]
-  logits = model.logits(params, inputs, decoder_inputs)  # [B, T, V]
+  logits = model.logits(params, inputs, shift_right(targets))  # [B, T, V]
   total, count, correct = cross_entropy(logits, targets)
   aux = {'tokens': count, 'correct': correct}
   loss = total / jnp.maximum(count, 1.0)
-  if teacher is not None:
-    teacher_model, teacher_params = teacher
-    teacher_logits = jax.lax.stop_gradient(
-        teacher_model.logits(teacher_params, inputs, decoder_inputs))  # [B, T, V]
-    kl = kl_divergence(logits, teacher_logits, targets) / jnp.maximum(count, 1.0)
+  if soft_ids is not None:
+    kl = soft_kl(logits, soft_ids, soft_logp, targets) / jnp.maximum(count, 1.0)
     loss, aux['kl'] = (1.0 - soft_weight) * loss + soft_weight * kl, kl
   return loss, aux
 
@@ -207,23 +217,21 @@ def make_optimizer() -> optax.GradientTransformation:
 def init_state(model, tx: optax.GradientTransformation, rng: jax.Array) -> TrainState:
   """Fresh params from `model.init` and a zero optimizer state."""
   params = model.init(rng)
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    opt_state=tx.init(params))
+  return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
 
 
-def make_train_step(model, tx: optax.GradientTransformation, teacher_model=None,
+def make_train_step(model, tx: optax.GradientTransformation,
                     soft_weight: float = 0.0) -> Callable:
-  """The jitted step (state, inputs [B, S], targets [B, T], lr, teacher_params=None) ->
-  (state, metrics).
+  """The jitted step (state, lr, inputs [B, S], targets [B, T][, soft_ids, soft_logp]) ->
+  (state, metrics), i.e. `step(state, lr, *data.batch(k))`.
 
   Compiles once per batch shape; metrics are 'loss' (mean over target tokens), 'tokens'
-  and 'correct' (and 'kl' with a teacher, see `loss_fn`).
+  and 'correct' (and 'kl' with soft targets, see `loss_fn`).
   """
 
-  def step(state: TrainState, inputs, targets, lr, teacher_params=None):
-    teacher = None if teacher_model is None else (teacher_model, teacher_params)
+  def step(state: TrainState, lr, inputs, targets, *soft):
     (loss, aux), grads = jax.value_and_grad(
-        lambda p: loss_fn(model, p, inputs, targets, teacher, soft_weight),
+        lambda p: loss_fn(model, p, inputs, targets, *soft, soft_weight=soft_weight),
         has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     updates = jax.tree.map(lambda u: lr * u, updates)
@@ -269,7 +277,7 @@ class TrainConfig:
     eval_every: steps between validation evaluations.
     checkpoint_every_s: seconds between checkpoints (one is also written at the end).
     seed: params init and data order.
-    soft_weight: with a teacher, the weight of KL(teacher || model) in the loss.
+    soft_weight: with soft targets, the weight of KL(teacher || model) in the loss.
   """
 
   minutes: float = 30.0
@@ -306,8 +314,7 @@ def restore_state(directory: str, abstract: TrainState) -> Tuple[Optional[TrainS
 
 
 def train(model, data: BucketedData, val_batches, workdir: str, cfg: TrainConfig,
-          log: Callable[[str], None] = print,
-          teacher: Optional[Tuple[Any, PyTree]] = None) -> Dict[str, Any]:
+          log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Trains `model` on `data` until the step or time budget is spent; resumable.
 
   Checkpoints (params, Adafactor state, step, elapsed seconds) go to `workdir/checkpoints`
@@ -321,7 +328,6 @@ def train(model, data: BucketedData, val_batches, workdir: str, cfg: TrainConfig
     workdir: this stage's directory.
     cfg: budgets and optimizer settings.
     log: receives one line per evaluation.
-    teacher: (model, params) to distill from (see `loss_fn`); None trains on the targets.
 
   Returns:
     Summary dict: steps, minutes, examples seen, final train and validation loss and
@@ -329,8 +335,7 @@ def train(model, data: BucketedData, val_batches, workdir: str, cfg: TrainConfig
   """
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   tx = make_optimizer()
-  teacher_model, teacher_params = teacher or (None, None)
-  train_step = make_train_step(model, tx, teacher_model, cfg.soft_weight)
+  train_step = make_train_step(model, tx, cfg.soft_weight)
   eval_step = make_eval_step(model)
   rng = jax.random.PRNGKey(cfg.seed)
   abstract = jax.eval_shape(lambda: init_state(model, tx, rng))
@@ -353,11 +358,11 @@ def train(model, data: BucketedData, val_batches, workdir: str, cfg: TrainConfig
   with manager:
     while _progress(step, elapsed, cfg) < 1.0:
       start = time.time()
-      inputs, targets = data.batch(step)
+      batch = data.batch(step)
       lr = learning_rate(step, _progress(step, elapsed, cfg), cfg.peak_lr, cfg.warmup_steps)
-      state, metrics = train_step(state, inputs, targets, jnp.float32(lr), teacher_params)
+      state, metrics = train_step(state, jnp.float32(lr), *batch)
       loss = float(metrics['loss'])  # also waits for the step, so the timing is honest
-      step, examples = step + 1, examples + len(inputs)
+      step, examples = step + 1, examples + len(batch[0])
       elapsed += time.time() - start
       smooth = loss if smooth is None else 0.98 * smooth + 0.02 * loss
       bar.update(1)

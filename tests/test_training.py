@@ -27,7 +27,7 @@ def test_step_lowers_the_loss():
   inputs, targets = _batch()
   losses = []
   for _ in range(30):
-    state, metrics = step(state, inputs, targets, jnp.float32(0.05))
+    state, metrics = step(state, jnp.float32(0.05), inputs, targets)
     losses.append(float(metrics['loss']))
   assert int(state.step) == 30
   assert metrics['tokens'] == sum(len(t) for t in TARGETS)  # EOS counted, pad not
@@ -48,6 +48,19 @@ def test_loss_ignores_pad_positions():
   # ... while a change at a real target position does change it.
   moved = logits.at[0, 0, targets[0, 0]].add(5.0)
   assert float(training.cross_entropy(moved, targets)[0]) < float(before[0])
+
+
+def test_soft_kl_is_zero_for_the_teacher_itself_and_ignores_pad():
+  _, targets = _batch()
+  logits = jax.random.normal(jax.random.PRNGKey(1), targets.shape + (32,))  # [B, T, V]
+  logp, ids = jax.lax.top_k(jax.nn.log_softmax(logits), 32)  # K = V: the full teacher
+  assert abs(float(training.soft_kl(logits, ids, logp, targets))) < 1e-4
+  other = logits.at[..., 3].add(2.0)
+  assert float(training.soft_kl(other, ids, logp, targets)) > 0.1
+  pad = (targets == 0)[..., None]
+  noisy = jnp.where(pad, 50.0 * jax.random.normal(jax.random.PRNGKey(2), logits.shape), other)
+  np.testing.assert_allclose(float(training.soft_kl(noisy, ids, logp, targets)),
+                             float(training.soft_kl(other, ids, logp, targets)), rtol=1e-6)
 
 
 def test_shift_right_starts_with_zero():
