@@ -11,6 +11,7 @@ import json
 import sys
 
 import jax
+from tqdm import tqdm
 
 from specjax import sharding
 from specjax.run import DecodeJob, run
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
         output.write(json.dumps(record, ensure_ascii=False) + '\n')
         output.flush()
       if not args.json and not args.quiet and primary:
-        print(f'{record["inputs"]}\n  -> {record["prediction"]}')
+        tqdm.write(f'{record["inputs"]}\n  -> {record["prediction"]}')  # above the bar
 
     summary = run(job, on_record)
   except (ValueError, FileNotFoundError, OSError) as e:

@@ -229,6 +229,7 @@ def plan_grid(meshes: Iterable[jax.sharding.Mesh], batches: Sequence[int],
           rows.append(row)
           if on_row:
             on_row(row)
+          jax.clear_caches()  # compiled XXL programs add up to gigabytes of host memory
     sharded.build.cache_clear()  # the programs of a finished mesh are not needed again
   return rows
 

@@ -47,21 +47,35 @@ def run_hf_peers(target, tp, draft, dp, examples: Sequence[np.ndarray], max_deco
   hf_draft.generation_config.assistant_confidence_threshold = 0.0  # always draft gamma
   results = {}
   for name, extra in (('hf_greedy', {}), ('hf_assisted', {'assistant_model': hf_draft})):
-    outputs, seconds, tokens = [], 0.0, 0
-    for i, row in enumerate(list(examples[:1]) + list(examples)):  # first call warms up
-      ids = torch.tensor(row[row != 0][None].astype(np.int64))
-      start = time.perf_counter()
-      with torch.no_grad():
-        out = hf_target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=max_decode_len, **extra)
-      if i == 0:
-        continue
-      seconds += time.perf_counter() - start
-      new = out[0, 1:].numpy()  # drop the decoder start token
-      eos = np.flatnonzero(new == 1)
-      new = new[:eos[0] + 1] if len(eos) else new
-      outputs.append(new)
-      tokens += len(new)
-    results[name] = {'seconds': seconds, 'tokens': tokens,
-                     'tokens_per_second': tokens / max(seconds, 1e-9), 'outputs': outputs}
+    try:
+      results[name] = _generate_all(hf_target, examples, max_decode_len, extra)
+    except Exception as e:  # pylint: disable=broad-except
+      # A peer's own failure is a result to report, not a reason to lose the others.
+      results[name] = {'error': f'{type(e).__name__}: {" ".join(str(e).split())}'}
   return results
+
+
+def _generate_all(hf_target, examples, max_decode_len, extra) -> dict:
+  """Times greedy `generate` over the examples one at a time (the first call warms up)."""
+  import torch  # pylint: disable=import-outside-toplevel
+  outputs, seconds, tokens = [], 0.0, 0
+  for i, row in enumerate(list(examples[:1]) + list(examples)):  # first call warms up
+    ids = torch.tensor(row[row != 0][None].astype(np.int64))
+    start = time.perf_counter()
+    if 'assistant_model' not in extra:
+      # A config-sized cache takes the encoder's layer count for the decoder's; grow lazily.
+      from transformers import DynamicCache, EncoderDecoderCache  # pylint: disable=import-outside-toplevel
+      extra = dict(extra, past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()))
+    with torch.no_grad():
+      out = hf_target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                               max_new_tokens=max_decode_len, **extra)
+    if i == 0:
+      continue
+    seconds += time.perf_counter() - start
+    new = out[0, 1:].numpy()  # drop the decoder start token
+    eos = np.flatnonzero(new == 1)
+    new = new[:eos[0] + 1] if len(eos) else new
+    outputs.append(new)
+    tokens += len(new)
+  return {'seconds': seconds, 'tokens': tokens,
+          'tokens_per_second': tokens / max(seconds, 1e-9), 'outputs': outputs}

@@ -47,7 +47,8 @@ def format_table(result: dict) -> str:
   if 'peers' in result:
     p = result['peers']
     lines.append(f'peers (greedy, batch 1, gamma {p["gamma"]}): ' + ', '.join(
-        f'{name} {x["tokens_per_second"]:.1f} tok/s (identical: {x["identical"]})'
+        (f'{name} failed: {x["error"][:120]}' if 'error' in x else
+         f'{name} {x["tokens_per_second"]:.1f} tok/s (identical: {x["identical"]})')
         for name, x in p['runs'].items()))
   return '\n'.join(lines)
 
@@ -68,12 +69,16 @@ def peer_summary(target, tp, draft, dp, inputs, max_len, gamma, greedy_tokens, s
   threads = int(os.environ.get('SPECJAX_THREADS', os.cpu_count() or 1))
   for name, run in peers.run_hf_peers(target, tp, draft, dp, list(inputs), max_len, gamma,
                                       threads).items():
+    if 'error' in run:
+      runs[name] = {'error': run['error'], 'tokens_per_second': None, 'identical': None}
+      continue
     same = all(np.array_equal(a, b) for a, b in zip(run['outputs'], ref))
     runs[name] = {'tokens_per_second': run['tokens_per_second'], 'seconds': run['seconds'],
                   'tokens': run['tokens'], 'identical': bool(same)}
   assisted = runs['hf_assisted']['tokens_per_second']
   return {'gamma': gamma, 'threads': threads, 'runs': runs,
-          'specjax_over_hf_assisted': runs['specjax']['tokens_per_second'] / assisted}
+          'specjax_over_hf_assisted': (runs['specjax']['tokens_per_second'] / assisted
+                                       if assisted else None)}
 
 
 def _lengths(tokens):
