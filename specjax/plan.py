@@ -64,7 +64,7 @@ _CPU = """\
 CPU XLA has no bfloat16 matmul: it converts every bfloat16 operand to float32 and hoists
 those converts of loop-invariant weights out of the loop, so its temp holds a float32
 copy of the weights that TPU never makes. These rows are an upper bound; the TPU rows
-below are the estimate to trust.
+above are the estimate to trust.
 
 """
 
