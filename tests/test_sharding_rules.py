@@ -152,6 +152,9 @@ def test_memory_plan_of_a_tiny_pair():
   table = memory_plan.to_markdown([row])
   assert '| 1 | 1x1 | float32 | 2 | 6 |' in table and '| yes |' in table
   assert 'fits every planned B and L' in memory_plan.summarize([row])
+  assert memory_plan.PlanRow.from_json(row.to_json()) == row  # the resumable .json rows
+  assert memory_plan.plan_grid([mesh], [2], [6], ['float32'], done=[row.key], target=t5_tiny,
+                               draft=t5_tiny_draft, gamma=3, input_len=5) == []
   bf16 = memory_plan.plan_decode(mesh, t5_tiny, t5_tiny_draft, gamma=3, batch=2,
                                  input_len=5, max_decode_len=6, param_dtype='bfloat16')
   assert bf16.params * 2 == row.params
