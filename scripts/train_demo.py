@@ -339,9 +339,9 @@ def write_card(args, r):
       'Adafactor (optax, T5X settings), linear warmup then cosine decay over the time budget, '
       'no label smoothing. The target learns the references; the draft learns the target\'s '
       f'own greedy outputs on the train inputs ({d.get("training_pairs", "?")} pairs, decoded '
-      f'in {distill_minutes:.1f} min), which is what raises alpha; per token its loss is '
-      f'{d.get("soft_weight", 0)} x KL(target || draft) (the target\'s top-{args.soft_top_k} '
-      'log-probs at the same prefix, stored by distill-data) '
+      f'and scored in {distill_minutes:.1f} min), which is what raises alpha; per token its '
+      f'loss is {d.get("soft_weight", 0)} x KL(target || draft) (the target\'s '
+      f'top-{args.soft_top_k} log-probs at the same prefix, stored by distill-data) '
       f'+ {1 - d.get("soft_weight", 0):g} x cross-entropy on the greedy token.',
       '',
       '| model | config | params | steps | epochs | train min | val loss | test BLEU | size |',
