@@ -31,6 +31,26 @@ class Acceptance(NamedTuple):
   beta: jax.Array
 
 
+def accept_greedy(target_tokens: jax.Array, x: jax.Array) -> Acceptance:
+  """`accept` for greedy decoding, on token ids instead of one-hot distributions.
+
+  Equal to `accept(warp(logits), one_hot(x), x, rng, greedy=True)` where target_tokens
+  is the argmax of the logits, without building [B, G, V] one-hots.
+
+  Args:
+    target_tokens: [B, G+1] int32, the target's argmax after each verified token.
+    x: [B, G] int32, the draft's argmax tokens.
+
+  Returns:
+    An `Acceptance` with n [B], y [B], accepted [B, G], beta [B, G] (1 where x matches).
+  """
+  ok = x == target_tokens[:, :-1]  # [B, G]
+  accepted = jnp.cumprod(ok.astype(jnp.int32), axis=1).astype(bool)
+  n = jnp.sum(accepted, axis=1).astype(jnp.int32)  # [B]
+  y = jnp.take_along_axis(target_tokens, n[:, None], axis=1)[:, 0]  # [B]
+  return Acceptance(n=n, y=y, accepted=accepted, beta=ok.astype(jnp.float32))
+
+
 def accept(p: jax.Array, q: jax.Array, x: jax.Array, rng: jax.Array, greedy: bool,
            q_scale: float = 1.0) -> Acceptance:
   """Accepts a prefix of the draft and draws the token that follows it.

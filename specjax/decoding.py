@@ -65,31 +65,40 @@ def _init_state(model, params, draft, draft_params, inputs, rng, cfg: LoopConfig
 
 
 def _draft_tokens(draft, draft_params, draft_enc, state: DecodeState, rng, cfg: LoopConfig):
-  """Runs G draft steps. Returns x [B, G], q [B, G, V] and the draft cache.
+  """Runs G draft steps. Returns x [B, G], q [B, G, V] (None when greedy) and the cache.
 
   The first step feeds two tokens (positions pos-1 and pos) so that the draft cache catches
-  up after a fully accepted block, whose last draft token it never saw.
+  up after a fully accepted block, whose last draft token it never saw. Greedy decoding
+  keeps token ids only: no PRNG keys, no [B, V] one-hots.
   """
   greedy = cfg.sampling.greedy
-  keys = jax.random.split(rng, cfg.gamma)
+  keys = None if greedy else jax.random.split(rng, cfg.gamma)
   start = jnp.maximum(state.pos - 1, 0)  # [B]
   pair = jnp.stack([gather_rows(state.seq, start), gather_rows(state.seq, start + 1)], axis=1)
   logits, cache = draft.decode(draft_params, draft_enc, state.draft_cache, pair, start)
   logits = jnp.take_along_axis(logits, (state.pos - start)[:, None, None], axis=1)[:, 0]
-  q1 = sampling.warp(logits, cfg.sampling)  # [B, V]
-  x1 = sampling.sample(keys[0], q1, greedy)  # [B]
+
+  def pick(logits, key):  # [B, V] -> x [B], q [B, V] or None
+    if greedy:
+      return jnp.argmax(logits, axis=-1).astype(jnp.int32), None
+    q = sampling.warp(logits, cfg.sampling)
+    return sampling.sample(key, q, greedy), q
+
+  x1, q1 = pick(logits, None if greedy else keys[0])
 
   def step(carry, key):
     cache, token, pos = carry
     logits, cache = draft.decode(draft_params, draft_enc, cache, token[:, None], pos)
-    q = sampling.warp(logits[:, 0], cfg.sampling)  # [B, V]
-    x = sampling.sample(key, q, greedy)
+    x, q = pick(logits[:, 0], key)
     return (cache, x, pos + 1), (x, q)
 
   if cfg.gamma == 1:
-    return x1[:, None], q1[:, None], cache
-  (cache, _, _), (xs, qs) = jax.lax.scan(step, (cache, x1, state.pos + 1), keys[1:])
+    return x1[:, None], None if greedy else q1[:, None], cache
+  (cache, _, _), (xs, qs) = jax.lax.scan(step, (cache, x1, state.pos + 1),
+                                         None if greedy else keys[1:], length=cfg.gamma - 1)
   x = jnp.concatenate([x1[:, None], xs.T], axis=1)  # [B, G]
+  if greedy:
+    return x, None, cache
   q = jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)  # [B, G, V]
   return x, q, cache
 
@@ -97,14 +106,20 @@ def _draft_tokens(draft, draft_params, draft_enc, state: DecodeState, rng, cfg: 
 def _speculative_body(target, target_params, target_enc, draft, draft_params, draft_enc,
                       cfg: LoopConfig, state: DecodeState) -> DecodeState:
   """One iteration: draft G tokens, verify them in ONE target call, accept, commit."""
-  rng, draft_rng, accept_rng = jax.random.split(state.rng, 3)
+  if cfg.sampling.greedy:  # no randomness: the key is passed through untouched
+    rng = draft_rng = accept_rng = state.rng
+  else:
+    rng, draft_rng, accept_rng = jax.random.split(state.rng, 3)
   x, q, draft_cache = _draft_tokens(draft, draft_params, draft_enc, state, draft_rng, cfg)
   last = gather_rows(state.seq, state.pos)  # [B]
   verify_tokens = jnp.concatenate([last[:, None], x], axis=1)  # [B, G+1]
   logits, target_cache = target.decode(target_params, target_enc, state.target_cache,
                                        verify_tokens, state.pos)  # [B, G+1, V]
-  p = sampling.warp(logits, cfg.sampling)  # [B, G+1, V]
-  result = acceptance.accept(p, q, x, accept_rng, cfg.sampling.greedy)
+  if cfg.sampling.greedy:
+    result = acceptance.accept_greedy(jnp.argmax(logits, axis=-1).astype(jnp.int32), x)
+  else:
+    p = sampling.warp(logits, cfg.sampling)  # [B, G+1, V]
+    result = acceptance.accept(p, q, x, accept_rng, cfg.sampling.greedy)
   block = jnp.concatenate([x, x[:, :1]], axis=1)  # [B, G+1]
   block = jnp.where(jnp.arange(cfg.gamma + 1)[None] == result.n[:, None], result.y[:, None],
                     block)
@@ -127,11 +142,14 @@ def _speculative_body(target, target_params, target_enc, draft, draft_params, dr
 def _autoregressive_body(target, target_params, target_enc, cfg: LoopConfig,
                          state: DecodeState) -> DecodeState:
   """One target step of one token per row."""
-  rng, key = jax.random.split(state.rng)
   last = gather_rows(state.seq, state.pos)  # [B]
   logits, target_cache = target.decode(target_params, target_enc, state.target_cache,
                                        last[:, None], state.pos)  # [B, 1, V]
-  y = sampling.sample(key, sampling.warp(logits[:, 0], cfg.sampling), cfg.sampling.greedy)
+  if cfg.sampling.greedy:
+    rng, y = state.rng, jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+  else:
+    rng, key = jax.random.split(state.rng)
+    y = sampling.sample(key, sampling.warp(logits[:, 0], cfg.sampling), False)
   seq, pos, length, done, active = commit(state, y[:, None], jnp.ones_like(y), cfg)
   stats = state.stats.replace(target_calls=state.stats.target_calls + active.astype(jnp.int32))
   return state.replace(seq=seq, pos=pos, length=length, done=done, rng=rng, stats=stats,

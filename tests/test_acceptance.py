@@ -60,3 +60,21 @@ def test_no_nan_when_residual_underflows():
   q = jnp.asarray(P[:2] + 1e-9)[None]
   res = acceptance.accept(p, q, jnp.array([[0, 1]]), jax.random.PRNGKey(1), False)
   assert 0 <= int(res.y[0]) < 3
+
+
+def test_accept_greedy_equals_accept_on_one_hots():
+  rng = np.random.default_rng(3)
+  batch, gamma, vocab = 64, 5, 4
+  target_tokens = rng.integers(0, vocab, (batch, gamma + 1)).astype(np.int32)
+  # Drafts that agree with the target on a random prefix, then on chance alone.
+  x = np.where(rng.random((batch, gamma)) < 0.7, target_tokens[:, :gamma],
+               rng.integers(0, vocab, (batch, gamma))).astype(np.int32)
+  p = jax.nn.one_hot(target_tokens, vocab)
+  q = jax.nn.one_hot(x, vocab)
+  full = acceptance.accept(p, q, jnp.asarray(x), jax.random.PRNGKey(0), greedy=True)
+  fast = acceptance.accept_greedy(jnp.asarray(target_tokens), jnp.asarray(x))
+  for name in ('n', 'y', 'accepted', 'beta'):
+    np.testing.assert_array_equal(np.asarray(getattr(fast, name)),
+                                  np.asarray(getattr(full, name)), err_msg=name)
+  assert 0 < np.asarray(fast.n).mean() < gamma  # both partial and full acceptances occur
+  assert (np.asarray(fast.n) == gamma).any() and (np.asarray(fast.n) == 0).any()
