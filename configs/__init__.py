@@ -33,6 +33,7 @@ class RunConfig:
     max_decode_len: most tokens per output L.
     batch_size: B (the paper: 1).
     dtype: activation dtype.
+    param_dtype: dtype params are held in (bfloat16: T5-XXL fits one 32 GiB v4 chip).
     num_partitions: model-parallel devices (None: unsharded, one device).
     paper_speedup: the paper's measured walltime speedup per temperature.
   """
@@ -50,6 +51,7 @@ class RunConfig:
   truncate_inputs: bool = False
   batch_size: int = 1
   dtype: str = 'bfloat16'
+  param_dtype: str = 'bfloat16'
   num_partitions: Optional[int] = None
   paper_speedup: Tuple[float, ...] = ()
 
@@ -63,7 +65,7 @@ class RunConfig:
             '--temperature', str(temperature), '--prefix', self.prefix, '--input', self.input,
             '--max-input-len', str(self.max_input_len), '--max-decode-len',
             str(self.max_decode_len), '--batch-size', str(self.batch_size), '--dtype',
-            self.dtype, '--json']
+            self.dtype, '--param-dtype', self.param_dtype, '--json']
     if self.truncate_inputs:
       args.append('--truncate-inputs')
     if self.num_partitions is not None:

@@ -4,7 +4,7 @@ Single chip (the paper's setting; XXL needs bfloat16 params there, see docs/scal
 
   python -m specjax.decode --target t5_xxl --draft t5_small --gamma 7 --temperature 0.0 \
       --prefix 'translate English to German: ' --input data/ende.jsonl --max-input-len 128 \
-      --max-decode-len 128 --batch-size 1 --dtype bfloat16 --json
+      --max-decode-len 128 --batch-size 1 --dtype bfloat16 --param-dtype bfloat16 --json
 
 v4-8 (4 chips): the same plus `--num-partitions 4`.
 """

@@ -203,6 +203,8 @@ def save_params(path: str, params: PyTree, config: Optional[T5Config] = None,
 
 def _orbax_shapes(path: str) -> PyTree:
   """The stored tree with `jax.ShapeDtypeStruct` leaves, read from orbax's metadata."""
+  path = os.fspath(path)
+  path = path if '://' in path else os.path.abspath(path)  # orbax needs absolute paths
   with _orbax().StandardCheckpointer() as checkpointer:
     meta = checkpointer.metadata(path)
   tree = getattr(meta, 'item_metadata', meta)
@@ -252,7 +254,8 @@ def _read_checkpoint(fmt: str, path: str, config: Optional[T5Config]
 
 def load_model(name_or_config: Union[str, T5Config, None] = None,
                checkpoint: Optional[str] = None, dtype: Any = None,
-               shardings: Optional[PyTree] = None) -> Tuple[T5, PyTree]:
+               shardings: Optional[PyTree] = None,
+               param_dtype: Any = 'float32') -> Tuple[T5, PyTree]:
   """Builds a T5 and its params from a registry name, a config and/or a checkpoint.
 
   Args:
@@ -262,19 +265,25 @@ def load_model(name_or_config: Union[str, T5Config, None] = None,
     checkpoint: a T5X model_dir / checkpoint_<step> dir / checkpoint file (local or gs://),
       a Hugging Face dir, or an orbax dir from `save_params`; None gives random params
       from `model.init(jax.random.PRNGKey(0))`.
-    dtype: the activation (and cache) dtype, e.g. 'bfloat16'; sets `config.dtype`. Params
-      stay float32 whatever the checkpoint stores.
+    dtype: the activation (and cache) dtype, e.g. 'bfloat16'; sets `config.dtype`.
     shardings: optional tree of `jax.sharding.Sharding` matching the params; by default
       params land on the default device.
+    param_dtype: the dtype params are stored in memory with, whatever the checkpoint
+      holds: 'float32' (default), or 'bfloat16' to halve their memory (T5-XXL on one
+      TPU v4 chip needs it).
 
   Returns:
-    (model, params): params is a nested dict of float32 jax arrays with T5X names.
+    (model, params): params is a nested dict of `param_dtype` jax arrays with T5X names.
 
   Raises:
     FileNotFoundError: the checkpoint path does not exist.
     ValueError: unknown registry name or format, or a checkpoint whose tree does not
       match the config (the message names the keys, both shapes and the fix).
   """
+  param_dtype = jnp.dtype(param_dtype)
+  if param_dtype not in (jnp.float32, jnp.bfloat16, jnp.float16):
+    raise ValueError(f'param dtype {param_dtype.name} is not supported; pass float32, '
+                     'bfloat16 or float16')
   config = None if name_or_config is None else resolve_config(name_or_config)
   params = None
   if checkpoint is not None:
@@ -290,18 +299,23 @@ def load_model(name_or_config: Union[str, T5Config, None] = None,
   key = jax.random.PRNGKey(0)
   abstract = jax.eval_shape(model.init, key)
   if checkpoint is None:
+    init = lambda k: jax.tree.map(lambda x: x.astype(param_dtype), model.init(k))
     if shardings is None:
-      return model, model.init(key)
-    return model, jax.jit(model.init, out_shardings=shardings)(key)
+      return model, init(key)
+    return model, jax.jit(init, out_shardings=shardings)(key)
   if params is None:  # orbax: check shapes from the metadata before reading any array
     check_params(_orbax_shapes(checkpoint), abstract, config)
+    # Restored straight into param_dtype (and onto the shardings): no float32 copy first.
     if shardings is not None:
-      abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                              abstract, shardings)
-    params = load_params_orbax(checkpoint, abstract)
+      restore_as = jax.tree.map(
+          lambda a, s: jax.ShapeDtypeStruct(a.shape, param_dtype, sharding=s), abstract,
+          shardings)
+    else:
+      restore_as = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, param_dtype), abstract)
+    params = load_params_orbax(checkpoint, restore_as)
   check_params(params, abstract, config)
-  params = jax.tree.map(lambda x: np.asarray(x, np.float32) if isinstance(x, np.ndarray)
-                        else x.astype(jnp.float32), params)
+  params = jax.tree.map(lambda x: np.asarray(x, param_dtype) if isinstance(x, np.ndarray)
+                        else x.astype(param_dtype), params)
   return model, jax.device_put(params, shardings)
 
 

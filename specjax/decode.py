@@ -51,7 +51,10 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--truncate-inputs', action='store_true', help='cut inputs longer than '
                  '--max-input-len instead of failing')
   p.add_argument('--max-decode-len', type=int, default=64, help='most tokens per output')
-  p.add_argument('--dtype', help='activation dtype, e.g. bfloat16 (params stay float32)')
+  p.add_argument('--dtype', help='activation and cache dtype, e.g. bfloat16')
+  p.add_argument('--param-dtype', default='float32', choices=('float32', 'bfloat16'),
+                 help='dtype params are held in; bfloat16 halves their memory (T5-XXL on '
+                 'one TPU v4 chip needs it)')
   p.add_argument('--num-partitions', type=int, help='shard over all devices: N-way model '
                  'parallel (T5X num_partitions), data parallel over the rest')
   p.add_argument('--mesh', help='explicit mesh instead, e.g. data=2,model=4 (sizes may use '
@@ -82,7 +85,8 @@ def _job(args: argparse.Namespace) -> DecodeJob:
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
       batch_size=args.batch_size, max_input_len=args.max_input_len,
       max_decode_len=args.max_decode_len, truncate_inputs=args.truncate_inputs,
-      compare=not args.no_compare, dtype=args.dtype, progress=not args.quiet,
+      compare=not args.no_compare, dtype=args.dtype, param_dtype=args.param_dtype,
+      progress=not args.quiet,
       num_partitions=args.num_partitions, mesh=args.mesh,
       parameter_partitioning_dims=args.parameter_partitioning_dims)
 

@@ -46,8 +46,8 @@ gamma {gamma}, {act} activations and caches, input length {input_len}, sampling
 heads, joined_kv->model; the draft's 6 heads divide none of the model axes here, so its
 attention is replicated). A v4-8 slice is 4 chips, v4-16 is 8, v4-32 is 16. GiB:
 
-- params: target + draft params one device holds (float32 is what `load_model` returns
-  today; bfloat16 halves it).
+- params: target + draft params one device holds (float32 by default; `load_model(...,
+  param_dtype='bfloat16')`, `--param-dtype bfloat16`, halves it).
 - caches: self-attention KV caches + cross-attention K/V of both models, per device.
 - prefill / loop arg / out / temp: the two programs' `memory_analysis()` per device:
   arguments (params, inputs; the loop's also the donated state and the encoded inputs),

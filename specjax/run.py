@@ -64,6 +64,7 @@ class DecodeJob:
   truncate_inputs: bool = False
   compare: bool = True
   dtype: Optional[str] = None
+  param_dtype: str = 'float32'
   progress: bool = True
   num_partitions: Optional[int] = None  # model-parallel size; data takes the other devices
   mesh: Optional[str] = None  # or an explicit 'data=D,model=M'
@@ -100,12 +101,14 @@ def _default(name: str, given: Optional[str], flag: str) -> str:
   return DEFAULT_CHECKPOINTS[name]
 
 
-def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=sharding.STANDARD_RULES):
+def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=sharding.STANDARD_RULES,
+          param_dtype='float32'):
   shardings = None
   if mesh is not None:
     shardings = sharding.param_shardings(T5(checkpoints.resolve_config(name)), mesh, rules)
   try:
-    return checkpoints.load_model(name, path, dtype=dtype, shardings=shardings)
+    return checkpoints.load_model(name, path, dtype=dtype, shardings=shardings,
+                                  param_dtype=param_dtype)
   except (ValueError, FileNotFoundError, OSError) as e:
     if path.startswith('gs://'):
       raise ValueError(f'cannot read {path} (no GCS access?); copy it locally and pass '
@@ -134,8 +137,10 @@ def load_pair(job: DecodeJob, mesh=None):
       raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
                        f'{vocab_path}; speculative decoding needs one shared vocabulary')
   rules = job_rules(job)
-  target, tp = _load(job.target, target_path, '--target-checkpoint', job.dtype, mesh, rules)
-  draft, dp = _load(job.draft, draft_path, '--draft-checkpoint', job.dtype, mesh, rules)
+  target, tp = _load(job.target, target_path, '--target-checkpoint', job.dtype, mesh, rules,
+                     job.param_dtype)
+  draft, dp = _load(job.draft, draft_path, '--draft-checkpoint', job.dtype, mesh, rules,
+                    job.param_dtype)
   if target.vocab_size != draft.vocab_size:
     raise ValueError(f'the draft {job.draft} has {draft.vocab_size} logits but the target '
                      f'{job.target} has {target.vocab_size}; pick a draft trained on the '

@@ -157,6 +157,28 @@ def test_orbax_round_trip_is_bit_exact(tmp_path, tiny):
   _assert_trees_equal(jax.device_get(placed), params)
 
 
+def test_param_dtype_bfloat16_and_relative_paths(tmp_path, tiny, monkeypatch):
+  """bfloat16 params (T5-XXL on one chip) from every source; relative orbax paths load."""
+  model, params, inputs, targets = tiny
+  monkeypatch.chdir(tmp_path)
+  path = checkpoints.save_params('orbax', params, t5_tiny)
+  t5x_checkpoint.write_t5x_checkpoint(str(tmp_path / 't5x'), params, step=1)
+  want = jax.tree.map(lambda x: np.asarray(x, BF16), params)
+  reference = _logits(model, params, inputs, targets)
+  for source in ('orbax', path, 't5x'):
+    loaded_model, loaded = checkpoints.load_model(None, source, param_dtype='bfloat16')
+    assert loaded_model.config == t5_tiny
+    _assert_trees_equal(jax.device_get(loaded), want)
+    logits = _logits(model, loaded, inputs, targets)
+    assert logits.dtype == np.float32
+    np.testing.assert_allclose(logits, reference, atol=0.1)
+    assert not np.array_equal(logits, reference)  # bfloat16 rounding did happen
+  _, fresh = checkpoints.load_model('t5_tiny', param_dtype=jnp.bfloat16)
+  assert {x.dtype for x in jax.tree.leaves(fresh)} == {jnp.dtype(BF16)}
+  with pytest.raises(ValueError, match='pass float32, bfloat16 or float16'):
+    checkpoints.load_model('t5_tiny', param_dtype='int8')
+
+
 def test_hf_export_round_trip(tmp_path, tiny):
   from specjax.models import hf_t5
   model, params, inputs, targets = tiny

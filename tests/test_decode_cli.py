@@ -101,3 +101,17 @@ def test_gamma_auto_explains_its_choice(tmp_path):
   assert isinstance(summary['gamma'], int) and 1 <= summary['gamma'] <= 8
   assert f'gamma {summary["gamma"]} maximises the predicted speedup' in summary['gamma_reason']
   assert summary['identical_to_target'] is True
+
+
+def test_param_dtype_flag_holds_params_in_bfloat16():
+  import jax
+  import jax.numpy as jnp
+  from specjax import run
+  job = decode._job(decode.parse_args(['--param-dtype', 'bfloat16', '--dtype', 'bfloat16']))
+  assert job.param_dtype == 'bfloat16'
+  target, tp, draft, dp, _ = run.load_pair(job)
+  assert target.config.dtype == draft.config.dtype == 'bfloat16'
+  for params in (tp, dp):
+    assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+  with pytest.raises(SystemExit):
+    decode.parse_args(['--param-dtype', 'int8'])

@@ -15,4 +15,4 @@ bash "$here/setup.sh"
 # 8-way model parallel x 2-way data parallel: the batch must be a multiple of 2.
 bash "$here/decode.sh" --multihost --num-partitions "${NUM_PARTITIONS:-8}" \
   --batch-size "${BATCH_SIZE:-8}" --target t5_xxl --draft t5_small --gamma 7 \
-  --dtype bfloat16 "$@"
+  --dtype bfloat16 --param-dtype bfloat16 "$@"

@@ -39,7 +39,7 @@ for task in ende cnndm; do
       "$PY" -m specjax.decode --target t5_xxl --draft "$draft" --gamma "$gamma" \
         --temperature "$temperature" --prefix "$prefix" --input "data/$task.jsonl" \
         --output "results/${task}_${draft}_t${temperature}.jsonl" --max-decode-len 128 \
-        --batch-size 1 --dtype bfloat16 --json --quiet "${extra[@]}" $MESH_FLAGS \
+        --batch-size 1 --dtype bfloat16 --param-dtype bfloat16 --json --quiet "${extra[@]}" $MESH_FLAGS \
         > "$out.tmp"
       mv "$out.tmp" "$out"
     done
