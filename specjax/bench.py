@@ -2,9 +2,11 @@
 
 Measures the target's step time, the verify cost v(K), the draft cost c, then for every
 gamma and temperature: alpha, tokens per target call, tokens/s, the speedup over the
-jitted autoregressive decode, the speedup the paper's formula predicts from the measured
-alpha, c and v, and their ratio (efficiency). `--peers hf` adds transformers' greedy and
-assisted generation on the same weights and inputs.
+jitted autoregressive decode (end to end, and of the decode loops alone: the encoders and
+the prefill, timed on their own, are subtracted from both), the speedup the paper's formula
+predicts from the measured alpha, c and v, and efficiency = loop speedup / predicted.
+`--peers hf` adds transformers' greedy and assisted generation on the same weights and
+inputs.
 """
 from __future__ import annotations
 
@@ -111,7 +113,7 @@ def run_bench(args) -> dict:
     sampling = SamplingConfig(temperature=temperature)
     base = benchmark.baseline_run(target, tp, batches, sampling, max_len, args.seed)
     baselines[temperature] = {k: base[k] for k in ('seconds', 'num_tokens', 'tokens_per_second',
-                                                   'compile_seconds')}
+                                                   'compile_seconds', 'prefill_seconds')}
     for gamma in gammas:
       row = benchmark.speculative_row(target, tp, draft, dp, batches, gamma, sampling, max_len,
                                       base, costs, args.seed)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import decoding, theory
+from specjax.loop_state import LoopConfig
 from specjax.sampling import SamplingConfig
 
 
@@ -73,6 +74,32 @@ def step_costs(target, tp, draft, dp, inputs, max_k: int, **kw) -> Dict[str, obj
   return {'target_step_seconds': t1, 'draft_step_seconds': d1, 'c': d1 / t1, 'v': v}
 
 
+@functools.partial(jax.jit, static_argnames=('target', 'draft', 'cfg'))
+def _prefill(target, tp, draft, dp, inputs, cfg):
+  """What a decode does before its loop: encoders, caches, the first state."""
+  return decoding._init_state(target, tp, draft, dp, inputs, jax.random.PRNGKey(0), cfg)  # pylint: disable=protected-access
+
+
+def prefill_seconds(target, tp, draft, dp, batches: Sequence[np.ndarray], gamma: int,
+                    max_decode_len: int, trials: int = 3) -> float:
+  """Seconds the decodes of `batches` spend before their loops (encoders and prefill).
+
+  Timed alone, as its own jitted program, so that the loop's share of a decode is
+  `timed_decode(...)['seconds']` minus this. `draft` None: the autoregressive decode's.
+  The fastest of `trials` passes over all batches.
+  """
+  cfg = LoopConfig(gamma=gamma, max_decode_len=max_decode_len, sampling=SamplingConfig())
+  run = lambda x: _prefill(target, tp, draft, dp, jnp.asarray(x, jnp.int32), cfg)
+  jax.block_until_ready(run(batches[0]))
+  passes = []
+  for _ in range(trials):
+    start = time.perf_counter()
+    for batch in batches:
+      jax.block_until_ready(run(batch))
+    passes.append(time.perf_counter() - start)
+  return min(passes)
+
+
 def timed_decode(fn: Callable, batches: Sequence[np.ndarray]) -> Dict[str, object]:
   """Runs fn(batch) over batches (compiled first, untimed) and sums time, tokens and stats."""
   start = time.perf_counter()
@@ -92,12 +119,37 @@ def timed_decode(fn: Callable, batches: Sequence[np.ndarray]) -> Dict[str, objec
 
 
 def score(baseline_seconds: float, seconds: float, alpha: float, gamma: int,
-          costs: dict) -> Dict[str, float]:
-  """Measured speedup, the formula's prediction from measured alpha, c, v, and their ratio."""
+          costs: dict, baseline_prefill: float = 0.0, prefill: float = 0.0
+          ) -> Dict[str, float]:
+  """Measured speedups, the formula's prediction and their ratio.
+
+  Args:
+    baseline_seconds: the autoregressive decodes, end to end.
+    seconds: the speculative decodes, end to end.
+    alpha, gamma: the measured acceptance rate and the gamma used.
+    costs: `step_costs` (c and v).
+    baseline_prefill, prefill: the part of each spent before the loop (`prefill_seconds`).
+
+  Returns:
+    speedup (end to end), loop_speedup (the decode loops alone, which is what the
+    formula models), predicted_speedup, efficiency = loop_speedup / predicted and
+    end_to_end_efficiency = speedup / predicted. The loop figures are None when a
+    prefill takes all of its decode's time (timing noise on tiny models).
+  """
   measured = baseline_seconds / seconds
   predicted = theory.speedup(min(alpha, 1.0), gamma, costs['c'], costs['v'][gamma + 1])
-  return {'speedup': measured, 'predicted_speedup': predicted,
-          'efficiency': measured / predicted}
+  loop_base, loop = baseline_seconds - baseline_prefill, seconds - prefill
+  # Loops lost in timing noise (tiny models): no loop figure rather than a wild one.
+  loop = loop_base / loop if min(loop_base, loop) > 0.0 else None
+  return {'speedup': measured, 'loop_speedup': loop, 'predicted_speedup': predicted,
+          'efficiency': None if loop is None else loop / predicted,
+          'end_to_end_efficiency': measured / predicted}
+
+
+def _iterations(target_calls: np.ndarray, batch_size: int) -> int:
+  """Loop iterations of all batches: each runs until its busiest row is done."""
+  return int(sum(target_calls[i:i + batch_size].max()
+                 for i in range(0, len(target_calls), batch_size)))
 
 
 def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: SamplingConfig,
@@ -108,6 +160,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
   run = timed_decode(lambda x: decoding.speculative_decode(
       target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_decode_len,
       sampling=sampling, rng=rng), batches)
+  prefill = prefill_seconds(target, tp, draft, dp, batches, gamma, max_decode_len)
   s = run['stats']
   calls = int(s.target_calls.sum())
   alpha = float(s.beta_sum.sum() / max(s.beta_count.sum(), 1))
@@ -118,7 +171,10 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'predicted_tokens_per_call': theory.expected_tokens_per_call(min(alpha, 1.0), gamma),
       'target_calls': calls, 'tokens': run['num_tokens'],
       'tokens_per_second': run['num_tokens'] / run['seconds'],
-      **score(baseline['seconds'], run['seconds'], alpha, gamma, costs),
+      'seconds': run['seconds'], 'prefill_seconds': prefill,
+      'iterations': _iterations(s.target_calls, len(batches[0])),
+      **score(baseline['seconds'], run['seconds'], alpha, gamma, costs,
+              baseline['prefill_seconds'], prefill),
       'compile_seconds': run['compile_seconds'],
       'traces': decoding.TRACE_COUNTS['speculative'] - traces,
   }
@@ -134,6 +190,7 @@ def baseline_run(target, tp, batches, sampling: SamplingConfig, max_decode_len: 
   run = timed_decode(lambda x: decoding.autoregressive_decode(
       target, tp, x, max_decode_len=max_decode_len, sampling=sampling, rng=rng), batches)
   run['tokens_per_second'] = run['num_tokens'] / run['seconds']
+  run['prefill_seconds'] = prefill_seconds(target, tp, None, None, batches, 0, max_decode_len)
   return run
 
 

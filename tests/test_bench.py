@@ -8,11 +8,24 @@ from specjax import bench, benchmark, report, theory
 
 def test_score_on_hand_made_timings():
   costs = {'c': 0.1, 'v': {5: 1.5}}
-  s = benchmark.score(baseline_seconds=10.0, seconds=4.0, alpha=0.8, gamma=4, costs=costs)
+  s = benchmark.score(baseline_seconds=10.0, seconds=4.0, alpha=0.8, gamma=4, costs=costs,
+                      baseline_prefill=1.0, prefill=1.5)
   expected_e = (1 - 0.8 ** 5) / (1 - 0.8)  # 3.3616 tokens per call
+  predicted = expected_e / (4 * 0.1 + 1.5)
   assert s['speedup'] == pytest.approx(2.5)
-  assert s['predicted_speedup'] == pytest.approx(expected_e / (4 * 0.1 + 1.5))
-  assert s['efficiency'] == pytest.approx(2.5 / (expected_e / 1.9))
+  assert s['loop_speedup'] == pytest.approx(9.0 / 2.5)  # (10 - 1) / (4 - 1.5)
+  assert s['predicted_speedup'] == pytest.approx(predicted)
+  assert s['efficiency'] == pytest.approx(3.6 / predicted)
+  assert s['end_to_end_efficiency'] == pytest.approx(2.5 / predicted)
+  assert benchmark.score(10.0, 4.0, 0.8, 4, costs)['loop_speedup'] == pytest.approx(2.5)
+  lost = benchmark.score(10.0, 4.0, 0.8, 4, costs, baseline_prefill=1.0, prefill=4.2)
+  assert lost['loop_speedup'] is None and lost['efficiency'] is None
+
+
+def test_iterations_count_the_busiest_row_of_each_batch():
+  import numpy as np
+  assert benchmark._iterations(np.array([3, 5, 2, 2, 7, 1]), 2) == 5 + 2 + 7
+  assert benchmark._iterations(np.array([3, 5, 2]), 1) == 10
 
 
 def test_best_gamma_uses_the_measured_verify_cost():
@@ -27,13 +40,17 @@ def test_best_gamma_uses_the_measured_verify_cost():
 
 
 def test_reading_accounts_for_the_time():
-  result = {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 2.0, 'target_calls': 10,
-                      'tokens_per_call': 2.5, 'alpha': 0.8, 'efficiency': 0.9}],
-            'baselines': {0.0: {'seconds': 0.04}}, 'batch_size': 1,
-            'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5}}
+  result = {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 1.6, 'loop_speedup': 2.0,
+                      'predicted_speedup': 2.1, 'target_calls': 10, 'iterations': 10,
+                      'seconds': 0.025, 'prefill_seconds': 0.005, 'tokens_per_call': 2.5,
+                      'alpha': 0.8, 'efficiency': 0.95}],
+            'baselines': {0.0: {'seconds': 0.044, 'prefill_seconds': 0.004}},
+            'batch_size': 1, 'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5}}
   text = report.reading(result)
-  # 0.04 s / 2.0 speedup / 10 calls = 2 ms per iteration; model calls 0.2 + 1.5 ms
-  assert '2.00 ms' in text and '1.70 ms' in text and '0.30 ms' in text
+  # (0.025 - 0.005) s / 10 iterations = 2 ms; model calls 0.2 + 1.5 ms; the loop 0.3 ms
+  assert '2.00 ms' in text and '1.70 ms' in text and '0.30 ms, 15%' in text
+  assert '20% of the speculative' in text and '9% of the target-alone' in text
+  assert 'end-to-end speedup is 1.60x' in text and '(efficiency 0.95)' in text
 
 
 def test_quick_bench_end_to_end(tmp_path):
@@ -44,8 +61,11 @@ def test_quick_bench_end_to_end(tmp_path):
   assert result['rows'] and result['traces'] == 1
   for row in result['rows']:
     for key in ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'speedup',
-                'predicted_speedup', 'efficiency'):
+                'predicted_speedup', 'prefill_seconds'):
       assert isinstance(row[key], (int, float)), key
+    for key in ('loop_speedup', 'efficiency'):  # None when noise swallows a tiny loop
+      assert row[key] is None or row[key] > 0, key
+    assert row['prefill_seconds'] > 0 and row['iterations'] >= 1
     assert 0.0 <= row['alpha'] <= 1.0 and 1.0 <= row['tokens_per_call'] <= row['gamma'] + 1
     if row['temperature'] == 0.0:
       assert row['identical_to_target'] is True
