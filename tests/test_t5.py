@@ -161,3 +161,27 @@ def test_bfloat16_close_to_float32(cfg):
   scale = float(jnp.abs(f32).max())
   assert float(jnp.abs(bf16 - f32).max()) < 0.1 * scale
   assert (bf16.argmax(-1) == f32.argmax(-1)).mean() > 0.8
+
+
+@pytest.mark.parametrize('name', ['demo_target', 'demo_draft', 't5_small', 't5_1_0_small'])
+def test_decode_step_macs_match_xla_cost_analysis(name):
+  """The hand count agrees with the flops XLA counts in a compiled 1-token decode step."""
+  cfg = T5_CONFIGS[name]
+  model = T5(cfg)
+  params = jax.eval_shape(model.init, jax.random.key(0))
+  encoded = jax.eval_shape(model.encode, params, jax.ShapeDtypeStruct((1, 16), jnp.int32))
+  cache = jax.eval_shape(lambda: model.init_cache(1, 32))
+  compiled = jax.jit(model.decode).lower(
+      params, encoded, cache, jax.ShapeDtypeStruct((1, 1), jnp.int32),
+      jax.ShapeDtypeStruct((1,), jnp.int32)).compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, list) else cost
+  # XLA also counts the elementwise work (norms, softmax, activations): a few percent.
+  assert 1.0 <= cost['flops'] / 2 / cfg.decode_step_macs(32, 16) < 1.05
+
+
+def test_demo_draft_step_costs_under_a_tenth_of_the_target():
+  target, draft = T5_CONFIGS['demo_target'], T5_CONFIGS['demo_draft']
+  for cache_len, encoder_len in ((0, 0), (48, 64)):
+    assert (draft.decode_step_macs(cache_len, encoder_len)
+            <= 0.1 * target.decode_step_macs(cache_len, encoder_len))
