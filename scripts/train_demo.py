@@ -2,7 +2,9 @@
 
 Stages (each resumable; a rerun continues where it stopped):
   target        train `demo_target` on data/demo/train.jsonl (Adafactor, time budget).
-  distill-data  greedy-decode the train and validation inputs with the trained target.
+  distill-data  greedy-decode the validation, train and unlabelled inputs (English-only
+                messages, data/demo/unlabelled.jsonl) with the trained target, and keep
+                its top-K log-probs along each output.
   draft         train `demo_draft` on the target's greedy outputs (what raises alpha).
   export        save both with `save_params` to specjax/assets/demo/{target,draft}.
   evaluate      BLEU of both on the test split, alpha (greedy and T=1, gamma 4) and tokens
@@ -63,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'the target\'s greedy tokens); 0 trains on the greedy tokens alone')
   p.add_argument('--soft-top-k', type=int, default=16,
                  help='target log-probs kept per position for the draft\'s KL term')
+  p.add_argument('--distill-splits', default='train,unlabelled',
+                 help='inputs whose target outputs the draft learns (validation is always '
+                 'decoded, to measure the draft)')
   p.add_argument('--draft-real-fraction', type=float, default=0.0,
                  help='share of real references added to the distilled draft data')
   p.add_argument('--warmup-steps', type=int, default=100)
@@ -75,6 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'split (smoke tests); 0: all')
   args = p.parse_args(argv)
   args.stages = [s.strip() for s in args.stages.split(',') if s.strip()]
+  args.distill_splits = [s.strip() for s in args.distill_splits.split(',') if s.strip()]
   unknown = set(args.stages) - set(STAGES)
   if unknown:
     p.error(f'unknown stage(s) {", ".join(sorted(unknown))}; pick from {",".join(STAGES)}')
@@ -100,13 +106,27 @@ def load_split(args, vocab, split):
           encode(vocab, [de for _, de in pairs]), pairs)
 
 
+def load_inputs(args, vocab, split):
+  """Input id lists of a split, including 'unlabelled' (English only, for distillation)."""
+  if split != 'unlabelled':
+    return load_split(args, vocab, split)[0]
+  path = os.path.join(args.data, 'unlabelled.jsonl')
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{path} is missing; run scripts/build_demo_corpus.py, or pass '
+                            '--distill-splits train')
+  with open(path, encoding='utf-8') as f:
+    english = [json.loads(line)['en'] for line in f if line.strip()]
+  english = english[:args.limit] if args.limit else english
+  return encode(vocab, [demo_data.make_example(en) for en in english])
+
+
 def _sp(args):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   return spm.SentencePieceProcessor(model_file=args.vocab)
 
 
 def _train(args, name, config, inputs, targets, val_inputs, val_targets, minutes, steps, lr,
-           soft=None, soft_weight=0.0):
+           soft=None, soft_weight=0.0, extra=None):
   data = training.BucketedData(inputs, targets, args.buckets, seed=args.seed, soft=soft)
   val = training.eval_batches(val_inputs, val_targets, args.buckets)
   log(f'{name}: {len(data)} training pairs ({data.dropped} longer than the largest bucket '
@@ -117,7 +137,8 @@ def _train(args, name, config, inputs, targets, val_inputs, val_targets, minutes
   summary = training.train(T5(config), data, val, os.path.join(args.workdir, name), cfg,
                            log=lambda m: log(f'{name}: {m}'))
   summary.update(training_pairs=len(data), dropped=data.dropped, peak_lr=lr,
-                 buckets=[vars(b) for b in args.buckets], soft_weight=soft_weight)
+                 buckets=[vars(b) for b in args.buckets], soft_weight=soft_weight,
+                 **(extra or {}))
   with open(os.path.join(args.workdir, name, 'summary.json'), 'w') as f:
     json.dump(summary, f, indent=2)
 
@@ -173,13 +194,13 @@ def stage_distill(args):
   params = training.load_trained_params(model, os.path.join(args.workdir, 'target'))
   limit = max(b.input_len for b in args.buckets)
   os.makedirs(os.path.join(args.workdir, 'distill'), exist_ok=True)
-  for split in ('validation', 'train'):
+  for split in ['validation'] + [s for s in args.distill_splits if s != 'validation']:
     path = os.path.join(args.workdir, 'distill', f'{split}.npz')
     saved = dict(np.load(path)) if os.path.exists(path) else {}
     if 'soft_ids' in saved and saved['soft_ids'].shape[-1] == args.soft_top_k:
       log(f'distill-data: {path} exists, skipping')
       continue
-    inputs, _, _ = load_split(args, sp, split)
+    inputs = load_inputs(args, sp, split)
     start = time.time()
     if 'outputs' not in saved:
       index = np.array([i for i, x in enumerate(inputs) if len(x) <= limit])
@@ -212,7 +233,7 @@ def stage_distill(args):
 def _distilled(args, sp, split):
   """(inputs, target-greedy outputs, (soft ids, soft logp) [N, L, K]) of a split, for the
   rows whose output ended in EOS."""
-  inputs, _, _ = load_split(args, sp, split)
+  inputs = load_inputs(args, sp, split)
   saved = np.load(os.path.join(args.workdir, 'distill', f'{split}.npz'))
   keep = np.any(saved['outputs'] == demo_data.EOS_ID, axis=1)
   xs = [inputs[i] for i in saved['index'][keep]]
@@ -223,7 +244,11 @@ def _distilled(args, sp, split):
 
 def stage_draft(args):
   sp = _sp(args)
-  x, y, soft = _distilled(args, sp, 'train')
+  parts = [_distilled(args, sp, split) for split in args.distill_splits]
+  x, y = sum((p[0] for p in parts), []), sum((p[1] for p in parts), [])
+  soft = tuple(np.concatenate([p[2][i] for p in parts]) for i in range(2))
+  distilled = {split: len(p[0]) for split, p in zip(args.distill_splits, parts)}
+  log(f'draft: distilled pairs {distilled}')
   if args.draft_real_fraction > 0:
     rx, ry, _ = load_split(args, sp, 'train')
     pick = np.random.default_rng(args.seed).permutation(len(rx))
@@ -238,7 +263,7 @@ def stage_draft(args):
   vx, vy, _ = _distilled(args, sp, 'validation')  # val accuracy ~ agreement with the target
   _train(args, 'draft', demo_draft, x, y, vx, vy, args.draft_minutes, args.draft_steps,
          args.draft_lr, soft if args.draft_soft_weight > 0 else None,
-         args.draft_soft_weight)
+         args.draft_soft_weight, extra={'distilled': distilled})
 
 
 def stage_export(args):
@@ -305,6 +330,25 @@ def _summary(args, name):
   return json.load(open(path)) if os.path.exists(path) else {}
 
 
+def _distilled_text(summary):
+  """Where the draft's training inputs came from, for the model card."""
+  names = {'train': 'train inputs', 'validation': 'validation inputs',
+           'unlabelled': 'English-only inputs with no reference (`unlabelled.jsonl` of '
+                         '`build_demo_corpus.py`: messages from the other languages\' '
+                         'catalogs, sentences of Python\'s docstrings and of the READMEs and '
+                         'changelogs under /usr/share/doc)'}
+  counts = summary.get('distilled', {'train': summary.get('training_pairs', '?')})
+  return ' and '.join(f'{n} {names.get(s, s)}' for s, n in counts.items())
+
+
+def _total_minutes(target, draft, distill_minutes):
+  """'N min' of target training + distillation data + draft training, or '?' if unknown."""
+  parts = [target.get('minutes'), draft.get('minutes')]
+  if None in parts:
+    return '?'
+  return f'{sum(parts) + distill_minutes:.0f} min'
+
+
 def write_card(args, r):
   """Writes MODEL_CARD.md from the stage summaries and the evaluation results."""
   counts = {s: len(demo_data.load_pairs(s, args.data)) for s in demo_data.SPLITS}
@@ -338,8 +382,8 @@ def write_card(args, r):
       '\n## Models and training\n',
       'Adafactor (optax, T5X settings), linear warmup then cosine decay over the time budget, '
       'no label smoothing. The target learns the references; the draft learns the target\'s '
-      f'own greedy outputs on the train inputs ({d.get("training_pairs", "?")} pairs, decoded '
-      f'and scored in {distill_minutes:.1f} min), which is what raises alpha; per token its '
+      f'own greedy outputs ({_distilled_text(d)}; decoded and scored in '
+      f'{distill_minutes:.1f} min), which is what raises alpha; per token its '
       f'loss is {d.get("soft_weight", 0)} x KL(target || draft) (the target\'s '
       f'top-{args.soft_top_k} log-probs at the same prefix, stored by distill-data) '
       f'+ {1 - d.get("soft_weight", 0):g} x cross-entropy on the greedy token.',
@@ -349,6 +393,14 @@ def write_card(args, r):
       train_row('target', demo_target, t),
       train_row('draft', demo_draft, d),
       '',
+      f'In all: {_total_minutes(t, d, distill_minutes)} of training and distillation on this '
+      'machine (evaluation not counted).',
+      '',
+      f'Decode step (one token, logits included, `T5Config.decode_step_macs`): target '
+      f'{demo_target.decode_step_macs() / 1e6:.2f} M multiply-adds, draft '
+      f'{demo_draft.decode_step_macs() / 1e6:.2f} M '
+      f'({demo_draft.decode_step_macs() / demo_target.decode_step_macs():.3f} of the '
+      'target\'s); the draft\'s encoder runs once per input and is not part of it. '
       f'Draft validation accuracy against the target\'s greedy outputs (teacher-forced): '
       f'{d.get("val_accuracy", "?")}. Machine: {os.cpu_count()} CPU cores '
       f'({platform.processor() or platform.machine()}), jax {jax.__version__} on CPU, '

@@ -209,6 +209,63 @@ def build_splits(
     }
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
+_BULLET = re.compile(r"^(?:[*+\-•]|\d+[.)])\s+")
+
+
+def english_sentences(text: str) -> list[str]:
+    """Splits free English text (docstrings, READMEs) into candidate sentences.
+
+    Paragraphs are separated by blank lines; line breaks inside one are spaces; a list
+    bullet starting a paragraph is dropped; a sentence ends at `.`, `!` or `?` followed by
+    a space and a capital or a quote. Filtering is left to `english_only`.
+
+    Args:
+      text: the text.
+
+    Returns:
+      The sentences in order, whitespace-collapsed.
+    """
+    sentences = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        paragraph = _BULLET.sub("", " ".join(paragraph.split()))
+        sentences.extend(s for s in _SENTENCE_END.split(paragraph) if s)
+    return sentences
+
+
+def english_only(
+    messages: Iterable[str], splits: dict[str, list[tuple[str, str]]]
+) -> list[str]:
+    """Cleaned English messages with no German translation, for distillation only.
+
+    The draft learns the target's outputs, which need no reference, so English msgids
+    found only in other languages' catalogs add inputs. A message is kept when it cleans
+    to prose (as `clean_pair` requires of each side), is new (case-folded) to every split,
+    and its `split_key` ranks after every held-out (test and validation) sentence, so that
+    nothing near the held-out hashes is seen.
+
+    Args:
+      messages: raw English msgids.
+      splits: the output of `build_splits`.
+
+    Returns:
+      Unique cleaned messages in `split_key` order.
+    """
+    held = splits["test"] + splits["validation"]
+    cutoff = max((split_key(en) for en, _ in held), default="")
+    seen = {en.casefold() for pairs in splits.values() for en, _ in pairs}
+    kept = {}
+    for message in messages:
+        if _has_inner_placeholder(message):
+            continue
+        en = clean_message(message)
+        if not _is_prose(en) or en.casefold() in seen or split_key(en) <= cutoff:
+            continue
+        seen.add(en.casefold())
+        kept[en] = split_key(en)
+    return sorted(kept, key=lambda en: (kept[en], en))
+
+
 def load_pairs(split: str, root: str | os.PathLike = "data/demo") -> list[tuple[str, str]]:
     """Loads one split written by `scripts/build_demo_corpus.py`.
 

@@ -148,6 +148,35 @@ def test_build_splits_dedupes_by_english_keeping_first():
     assert splits["train"] == [("Open file", "Datei öffnen")]
 
 
+def test_english_only_keeps_new_prose_away_from_held_out_hashes():
+    splits = demo_data.build_splits(_pairs(100), n_test=10, n_validation=15)
+    held = max(demo_data.split_key(en) for s in ("test", "validation") for en, _ in splits[s])
+    known = [en for s in demo_data.SPLITS for en, _ in splits[s]]
+    fresh = [f"Stop unit number {i}" for i in range(200)]
+    messages = fresh + [known[0].upper(), "<b>Stop unit number 7</b>", "file %s of %d here",
+                        "--verbose", "Stop unit number 3"]
+    extra = demo_data.english_only(messages, splits)
+    assert all(demo_data.split_key(en) > held for en in extra)
+    assert known[0] not in extra and known[0].upper() not in extra  # in a split already
+    assert "--verbose" not in extra and not any("%" in en for en in extra)
+    assert len(extra) == len(set(extra)) and set(extra) <= set(fresh)
+    # Those ranking among the held-out hashes are dropped, the rest kept: about 75%.
+    assert set(extra) == {en for en in fresh if demo_data.split_key(en) > held}
+    assert 0.5 < len(extra) / len(fresh) < 0.95
+    assert extra == sorted(extra, key=demo_data.split_key)
+
+
+def test_english_sentences_splits_paragraphs_bullets_and_sentences():
+    text = ("Return the number of items. It is cached.\nSee below!\n\n"
+            "* Fixed a crash in the parser (closes: #123).\n\n"
+            "  2. Use e.g. the option 3.5 times? \"Quoted\" starts one too.")
+    assert demo_data.english_sentences(text) == [
+        "Return the number of items.", "It is cached.", "See below!",
+        "Fixed a crash in the parser (closes: #123).",
+        "Use e.g. the option 3.5 times?", '"Quoted" starts one too.']
+    assert demo_data.english_sentences("") == []
+
+
 def test_load_pairs(tmp_path):
     (tmp_path / "test.jsonl").write_text(
         json.dumps({"en": "Yes", "de": "Ja"}) + "\n", encoding="utf-8")
