@@ -42,13 +42,17 @@ def test_best_gamma_uses_the_measured_verify_cost():
 def test_reading_accounts_for_the_time():
   result = {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 1.6, 'loop_speedup': 2.0,
                       'predicted_speedup': 2.1, 'target_calls': 10, 'iterations': 10,
-                      'seconds': 0.025, 'prefill_seconds': 0.005, 'tokens_per_call': 2.5,
-                      'alpha': 0.8, 'efficiency': 0.95}],
-            'baselines': {0.0: {'seconds': 0.044, 'prefill_seconds': 0.004}},
+                      'tokens': 22, 'seconds': 0.025, 'prefill_seconds': 0.005,
+                      'tokens_per_call': 2.5, 'alpha': 0.8, 'efficiency': 0.95}],
+            'baselines': {'0.0': {'seconds': 0.044, 'prefill_seconds': 0.004,
+                                  'num_tokens': 32}},
             'batch_size': 1, 'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5}}
   text = report.reading(result)
   # (0.025 - 0.005) s / 10 iterations = 2 ms; model calls 0.2 + 1.5 ms; the loop 0.3 ms
   assert '2.00 ms' in text and '1.70 ms' in text and '0.30 ms, 15%' in text
+  # 22 tokens / 10 iterations vs E(0.8, 2) = 2.44; 2 ms / (0.04 s / 32 tokens) = 1.6 steps
+  assert 'yields 2.20 tokens' in text and 'E = 2.44' in text and '(x0.90' in text
+  assert 'costs 1.60 steps' in text and 'gamma c + v = 1.70 (x1.06)' in text
   assert '20% of the speculative' in text and '9% of the target-alone' in text
   assert 'end-to-end speedup is 1.60x' in text and '(efficiency 0.95)' in text
 
