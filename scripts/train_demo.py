@@ -12,7 +12,7 @@ Stages (each resumable; a rerun continues where it stopped):
 
 Usage:
   python scripts/train_demo.py [--stages target,distill-data,draft,export,evaluate]
-      [--workdir runs/demo] [--target-minutes 30] [--draft-minutes 15]
+      [--workdir runs/demo] [--target-minutes 50] [--draft-minutes 20]
 """
 from __future__ import annotations
 
@@ -54,10 +54,10 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--buckets', default='16:128,24:96,32:64',
                  help='training batch shapes LEN:BATCH (inputs and targets padded to LEN); '
                  'longer pairs are dropped from training')
-  p.add_argument('--target-minutes', type=float, default=30.0)
+  p.add_argument('--target-minutes', type=float, default=50.0)
   p.add_argument('--target-steps', type=int, default=0, help='0: the time budget decides')
   p.add_argument('--target-lr', type=float, default=0.05, help='peak Adafactor rate')
-  p.add_argument('--draft-minutes', type=float, default=15.0)
+  p.add_argument('--draft-minutes', type=float, default=20.0)
   p.add_argument('--draft-steps', type=int, default=0, help='0: the time budget decides')
   p.add_argument('--draft-lr', type=float, default=0.05, help='peak Adafactor rate')
   p.add_argument('--draft-soft-weight', type=float, default=0.5,
