@@ -147,9 +147,10 @@ def score(baseline_seconds: float, seconds: float, alpha: float, gamma: int,
   """
   measured = baseline_seconds / seconds
   predicted = theory.speedup(min(alpha, 1.0), gamma, costs['c'], costs['v'][gamma + 1])
-  loop_base, loop = baseline_seconds - baseline_prefill, seconds - prefill
+  base_loop_seconds, loop_seconds = baseline_seconds - baseline_prefill, seconds - prefill
   # Loops lost in timing noise (tiny models): no loop figure rather than a wild one.
-  loop = loop_base / loop if min(loop_base, loop) > 0.0 else None
+  loop = (base_loop_seconds / loop_seconds if min(base_loop_seconds, loop_seconds) > 0.0
+          else None)
   return {'speedup': measured, 'loop_speedup': loop, 'predicted_speedup': predicted,
           'efficiency': None if loop is None else loop / predicted,
           'end_to_end_efficiency': measured / predicted}

@@ -64,6 +64,15 @@ def _init_state(model, params, draft, draft_params, inputs, rng, cfg: LoopConfig
   return state, target_enc, draft_enc
 
 
+def _pick(logits: jax.Array, key, cfg: LoopConfig):
+  """Chooses one token per row from logits [B, V]: x [B] int32, and q [B, V], the warped
+  distribution it was drawn from (None when greedy: an argmax needs neither it nor a key)."""
+  if cfg.sampling.greedy:
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32), None
+  q = sampling.warp(logits, cfg.sampling)
+  return sampling.sample(key, q, False), q
+
+
 def _draft_tokens(draft, draft_params, draft_enc, state: DecodeState, rng, cfg: LoopConfig):
   """Runs G draft steps. Returns x [B, G], q [B, G, V] (None when greedy) and the cache.
 
@@ -77,19 +86,12 @@ def _draft_tokens(draft, draft_params, draft_enc, state: DecodeState, rng, cfg: 
   pair = jnp.stack([gather_rows(state.seq, start), gather_rows(state.seq, start + 1)], axis=1)
   logits, cache = draft.decode(draft_params, draft_enc, state.draft_cache, pair, start)
   logits = jnp.take_along_axis(logits, (state.pos - start)[:, None, None], axis=1)[:, 0]
-
-  def pick(logits, key):  # [B, V] -> x [B], q [B, V] or None
-    if greedy:
-      return jnp.argmax(logits, axis=-1).astype(jnp.int32), None
-    q = sampling.warp(logits, cfg.sampling)
-    return sampling.sample(key, q, greedy), q
-
-  x1, q1 = pick(logits, None if greedy else keys[0])
+  x1, q1 = _pick(logits, None if greedy else keys[0], cfg)
 
   def step(carry, key):
     cache, token, pos = carry
     logits, cache = draft.decode(draft_params, draft_enc, cache, token[:, None], pos)
-    x, q = pick(logits[:, 0], key)
+    x, q = _pick(logits[:, 0], key, cfg)
     return (cache, x, pos + 1), (x, q)
 
   if cfg.gamma == 1:
@@ -145,11 +147,8 @@ def _autoregressive_body(target, target_params, target_enc, cfg: LoopConfig,
   last = gather_rows(state.seq, state.pos)  # [B]
   logits, target_cache = target.decode(target_params, target_enc, state.target_cache,
                                        last[:, None], state.pos)  # [B, 1, V]
-  if cfg.sampling.greedy:
-    rng, y = state.rng, jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
-  else:
-    rng, key = jax.random.split(state.rng)
-    y = sampling.sample(key, sampling.warp(logits[:, 0], cfg.sampling), False)
+  rng, key = (state.rng, None) if cfg.sampling.greedy else jax.random.split(state.rng)
+  y, _ = _pick(logits[:, 0], key, cfg)
   seq, pos, length, done, active = commit(state, y[:, None], jnp.ones_like(y), cfg)
   stats = state.stats.replace(target_calls=state.stats.target_calls + active.astype(jnp.int32))
   return state.replace(seq=seq, pos=pos, length=length, done=done, rng=rng, stats=stats,
