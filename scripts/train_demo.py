@@ -411,9 +411,11 @@ def write_card(args, r):
       '',
       f'Speculative decoding of the pair, gamma {args.gamma}:',
       '',
-      'alpha: mean over verified draft positions of beta = sum_x min(p(x), q(x)) (1 or 0 '
-      'when greedy); acceptance rate: accepted / drafted tokens; tokens per target call: '
-      '(accepted + calls) / calls, before truncation at EOS.',
+      'alpha: mean of beta = sum_x min(p(x), q(x)) (1 or 0 when greedy) over the draft '
+      'positions the target verified on the output\'s own prefix: up to the first rejection '
+      'and not past EOS; acceptance rate: accepted / drafted tokens, drafts past EOS '
+      'included; tokens per target call: (accepted + calls) / calls, before truncation at '
+      'EOS.',
       '',
       '| sampling | alpha | acceptance rate | tokens per target call |',
       '|---|---|---|---|',

@@ -126,7 +126,10 @@ def _speculative_body(target, target_params, target_enc, draft, draft_params, dr
   block = jnp.where(jnp.arange(cfg.gamma + 1)[None] == result.n[:, None], result.y[:, None],
                     block)
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)
-  verified = jnp.arange(cfg.gamma)[None] < jnp.minimum(result.n + 1, cfg.gamma)[:, None]
+  # beta counts where the target checked a draft token on the output's own prefix: up to the
+  # first rejection, and not past the output's end (after EOS or max_decode_len nothing is
+  # generated, so a mismatch there says nothing about alpha).
+  verified = jnp.arange(cfg.gamma)[None] < jnp.minimum(result.n + 1, pos - state.pos)[:, None]
   a = active.astype(jnp.int32)
   s = state.stats
   stats = DecodeStats(

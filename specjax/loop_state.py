@@ -43,7 +43,8 @@ class DecodeStats:
     drafted: [B] int32, draft tokens proposed.
     accepted: [B] int32, draft tokens accepted.
     accepted_per_position: [B, G] int32, how often draft position i was accepted.
-    beta_sum: [B] float32, sum over verified positions of beta = sum_x min(p, q).
+    beta_sum: [B] float32, sum of beta = sum_x min(p, q) over the verified draft positions
+      inside the output: up to the first rejection, none past EOS or max_decode_len.
     beta_count: [B] int32, how many positions beta_sum covers.
   """
 

@@ -66,3 +66,17 @@ def test_draft_equal_to_target_accepts_every_markov_token():
   assert out.stats.alpha == pytest.approx(1.0)
   np.testing.assert_array_equal(out.stats.accepted_per_position,
                                 np.repeat(np.asarray(out.stats.target_calls)[:, None], 3, 1))
+
+
+def test_alpha_ignores_draft_positions_past_eos():
+  # The draft agrees with the target everywhere except after EOS, where no output exists.
+  target, tp = chain_markov(0)
+  after_eos = tp['logits'][1]
+  other = (int(jnp.argmax(after_eos)) + 1) % after_eos.shape[0]
+  dp = {'logits': tp['logits'].at[1, other].add(100.0)}
+  out = specjax.speculative_decode(target, tp, target, dp, INPUTS_4, gamma=4,
+                                   max_decode_len=MAX_LEN)
+  ref = specjax.autoregressive_decode(target, tp, INPUTS_4, max_decode_len=MAX_LEN)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert out.stats.alpha == pytest.approx(1.0)
+  assert out.stats.acceptance_rate < 1.0  # drafts past EOS were still proposed and rejected
