@@ -36,15 +36,13 @@ def _repeat_decode(model, params, inputs, num_tokens, repeats, cache_len):
   return jax.lax.fori_loop(0, repeats, body, (cache, jnp.zeros((), jnp.float32)))[1]
 
 
-def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
-                 cache_len: int = 64, trials: int = 5) -> float:
-  """Seconds of one K-token decode call (inputs [B, S]), the fastest of `trials` loops.
+def _per_repeat_seconds(run: Callable, repeats: int, trials: int) -> float:
+  """Seconds of one repeat of run(n), a jitted loop of n repeats after fixed set-up work.
 
-  The encoder runs once per loop; it is subtracted by timing a zero-call loop too. The
-  minimum, not the median: on a shared machine noise only adds time, and one slow t_1
-  would skew every v(K) = t_K / t_1 and c.
+  The set-up (encoders, caches) is subtracted by timing a zero-repeat loop too. The
+  minimum over `trials`, not the median: on a shared machine noise only adds time, and one
+  slow t_1 would skew every v(K) = t_K / t_1 and c.
   """
-  run = lambda n: _repeat_decode(model, params, inputs, num_tokens, n, cache_len)
   jax.block_until_ready(run(repeats))  # compile
   jax.block_until_ready(run(0))
 
@@ -53,8 +51,62 @@ def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
     jax.block_until_ready(run(n))
     return time.perf_counter() - start
 
-  per_call = [(timed(repeats) - timed(0)) / repeats for _ in range(trials)]
-  return max(float(np.min(per_call)), 1e-9)
+  per_repeat = [(timed(repeats) - timed(0)) / repeats for _ in range(trials)]
+  return max(float(np.min(per_repeat)), 1e-9)
+
+
+def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
+                 cache_len: int = 64, trials: int = 5) -> float:
+  """Seconds of one K-token decode call (inputs [B, S]), the fastest of `trials` loops."""
+  return _per_repeat_seconds(
+      lambda n: _repeat_decode(model, params, inputs, num_tokens, n, cache_len),
+      repeats, trials)
+
+
+@functools.partial(jax.jit, static_argnames=('target', 'draft', 'gamma', 'repeats',
+                                             'cache_len'))
+def _repeat_model_calls(target, tp, draft, dp, inputs, gamma, repeats, cache_len):
+  """`repeats` times the model calls of one speculative iteration, nothing else.
+
+  As in the decode loop: a two-token draft call (the catch-up), G - 1 one-token draft
+  steps under a scan, each fed the previous argmax, then one (G+1)-token target call.
+  """
+  batch = inputs.shape[0]
+  t_enc, d_enc = target.encode(tp, inputs), draft.encode(dp, inputs)
+  pos = jnp.full((batch,), cache_len // 2, jnp.int32)
+
+  def draft_step(carry, _):
+    cache, token, p = carry
+    logits, cache = draft.decode(dp, d_enc, cache, token[:, None], p)
+    return (cache, jnp.argmax(logits[:, -1], -1).astype(jnp.int32), p + 1), token
+
+  def body(_, carry):
+    t_cache, d_cache, total = carry
+    pair = jnp.full((batch, 2), 3, jnp.int32)
+    logits, d_cache = draft.decode(dp, d_enc, d_cache, pair, pos - 1)  # [B, 2, V]
+    x1 = jnp.argmax(logits[:, -1], -1).astype(jnp.int32)
+    (d_cache, last, _), xs = jax.lax.scan(draft_step, (d_cache, x1, pos + 1), None,
+                                          length=gamma - 1)
+    block = jnp.concatenate([pair[:, 1:], xs.T, last[:, None]], axis=1)  # [B, G+1]
+    logits, t_cache = target.decode(tp, t_enc, t_cache, block, pos)
+    return t_cache, d_cache, total + logits[0, -1, 0]
+
+  init = (target.init_cache(batch, cache_len), draft.init_cache(batch, cache_len),
+          jnp.zeros((), jnp.float32))
+  return jax.lax.fori_loop(0, repeats, body, init)[2]
+
+
+def model_calls_seconds(target, tp, draft, dp, inputs, gamma: int, repeats: int = 32,
+                        cache_len: int = 64, trials: int = 5) -> float:
+  """Seconds of the model calls of one speculative iteration, run alternating in one loop.
+
+  The cost model times each call alone; inside the decode loop the draft and target calls
+  alternate (and a large target can push the draft's weights out of the CPU's caches).
+  This is that alternation without the loop's own work (acceptance, commit).
+  """
+  return _per_repeat_seconds(
+      lambda n: _repeat_model_calls(target, tp, draft, dp, inputs, gamma, n, cache_len),
+      repeats, trials)
 
 
 def step_costs(target, tp, draft, dp, inputs, max_k: int, rounds: int = 3,

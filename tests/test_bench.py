@@ -57,6 +57,52 @@ def test_reading_accounts_for_the_time():
   assert 'end-to-end speedup is 1.60x' in text and '(efficiency 0.95)' in text
 
 
+def test_reading_splits_the_cost_when_the_model_calls_were_timed_together():
+  result = {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 1.6, 'loop_speedup': 2.0,
+                      'predicted_speedup': 2.1, 'target_calls': 10, 'iterations': 10,
+                      'tokens': 22, 'seconds': 0.025, 'prefill_seconds': 0.005,
+                      'tokens_per_call': 2.5, 'alpha': 0.8, 'efficiency': 0.95}],
+            'baselines': {'0.0': {'seconds': 0.044, 'prefill_seconds': 0.004,
+                                  'num_tokens': 32}},
+            'batch_size': 1, 'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5},
+            'model_calls': {'gamma': 2, 'seconds': 0.0018, 'target_steps': 1.8}}
+  text = report.reading(result)
+  # calls alone 1.7 ms, together 1.8 ms (x0.94); the loop's work 2.0 - 1.8 ms (x0.90)
+  assert '1.80 ms (1.80 target steps, x0.94' in text
+  assert 'remaining 0.20 ms (x0.90)' in text
+  assert '1.25 t_1 per token' in text  # 40 ms of loop / 32 tokens over t_1 = 1 ms
+
+
+class _Recording:
+  """Wraps a model and records the token shapes its decode is traced with."""
+
+  def __init__(self, base, log):
+    self.base, self.log = base, log
+
+  def __getattr__(self, name):
+    return getattr(self.base, name)
+
+  def decode(self, params, encoded, cache, tokens, positions):
+    self.log.append(tokens.shape)
+    return self.base.decode(params, encoded, cache, tokens, positions)
+
+
+def test_model_calls_of_one_iteration_are_the_loops_calls():
+  import jax
+  import numpy as np
+  from specjax.models.markov import MarkovModel
+  target_log, draft_log = [], []
+  model = MarkovModel(16)
+  params = model.init(jax.random.PRNGKey(0))
+  seconds = benchmark.model_calls_seconds(
+      _Recording(model, target_log), params, _Recording(model, draft_log), params,
+      np.full((3, 4), 5, np.int32), gamma=4, repeats=2, trials=1)
+  assert seconds > 0
+  # Traced twice (the timed loop and the zero-repeat one that measures the set-up).
+  assert target_log == [(3, 5)] * 2  # one verify call of G + 1 tokens
+  assert draft_log == [(3, 2), (3, 1)] * 2  # the catch-up call, then the scanned steps
+
+
 def test_quick_bench_end_to_end(tmp_path):
   out, png, md = tmp_path / 'b.json', tmp_path / 'b.png', tmp_path / 'b.md'
   assert bench.main(['--quick', '--json', str(out), '--plot', str(png), '--markdown', str(md),
@@ -73,6 +119,7 @@ def test_quick_bench_end_to_end(tmp_path):
     assert 0.0 <= row['alpha'] <= 1.0 and 1.0 <= row['tokens_per_call'] <= row['gamma'] + 1
     if row['temperature'] == 0.0:
       assert row['identical_to_target'] is True
+  assert result['model_calls']['seconds'] > 0
   for key in ('c', 'v', 'compile_seconds', 'traces', 'machine'):
     assert key in result
   assert result['machine']['jax']
