@@ -39,15 +39,19 @@ def test_best_gamma_uses_the_measured_verify_cost():
   assert g_steep == best
 
 
+def _timed_result(**extra):
+  """Hand-made bench results: one greedy row at gamma 2 and its baseline."""
+  return {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 1.6, 'loop_speedup': 2.0,
+                    'predicted_speedup': 2.1, 'target_calls': 10, 'iterations': 10,
+                    'tokens': 22, 'seconds': 0.025, 'prefill_seconds': 0.005,
+                    'tokens_per_call': 2.5, 'alpha': 0.8, 'efficiency': 0.95}],
+          'baselines': {'0.0': {'seconds': 0.044, 'prefill_seconds': 0.004,
+                                'num_tokens': 32}},
+          'batch_size': 1, 'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5}, **extra}
+
+
 def test_reading_accounts_for_the_time():
-  result = {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 1.6, 'loop_speedup': 2.0,
-                      'predicted_speedup': 2.1, 'target_calls': 10, 'iterations': 10,
-                      'tokens': 22, 'seconds': 0.025, 'prefill_seconds': 0.005,
-                      'tokens_per_call': 2.5, 'alpha': 0.8, 'efficiency': 0.95}],
-            'baselines': {'0.0': {'seconds': 0.044, 'prefill_seconds': 0.004,
-                                  'num_tokens': 32}},
-            'batch_size': 1, 'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5}}
-  text = report.reading(result)
+  text = report.reading(_timed_result())
   # (0.025 - 0.005) s / 10 iterations = 2 ms; model calls 0.2 + 1.5 ms; the loop 0.3 ms
   assert '2.00 ms' in text and '1.70 ms' in text and '0.30 ms, 15%' in text
   # 22 tokens / 10 iterations vs E(0.8, 2) = 2.44; 2 ms / (0.04 s / 32 tokens) = 1.6 steps
@@ -58,15 +62,8 @@ def test_reading_accounts_for_the_time():
 
 
 def test_reading_splits_the_cost_when_the_model_calls_were_timed_together():
-  result = {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 1.6, 'loop_speedup': 2.0,
-                      'predicted_speedup': 2.1, 'target_calls': 10, 'iterations': 10,
-                      'tokens': 22, 'seconds': 0.025, 'prefill_seconds': 0.005,
-                      'tokens_per_call': 2.5, 'alpha': 0.8, 'efficiency': 0.95}],
-            'baselines': {'0.0': {'seconds': 0.044, 'prefill_seconds': 0.004,
-                                  'num_tokens': 32}},
-            'batch_size': 1, 'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5},
-            'model_calls': {'gamma': 2, 'seconds': 0.0018, 'target_steps': 1.8}}
-  text = report.reading(result)
+  text = report.reading(_timed_result(
+      model_calls={'gamma': 2, 'seconds': 0.0018, 'target_steps': 1.8}))
   # calls alone 1.7 ms, together 1.8 ms (x0.94); the loop's work 2.0 - 1.8 ms (x0.90)
   assert '1.80 ms (1.80 target steps, x0.94' in text
   assert 'remaining 0.20 ms (x0.90)' in text
