@@ -57,9 +57,13 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--target-minutes', type=float, default=50.0)
   p.add_argument('--target-steps', type=int, default=0, help='0: the time budget decides')
   p.add_argument('--target-lr', type=float, default=0.05, help='peak Adafactor rate')
+  p.add_argument('--target-dropout', type=float, default=0.1,
+                 help='dropout rate of the target (T5 1.1 fine-tuning uses 0.1; without it '
+                 'the target memorises the train split)')
   p.add_argument('--draft-minutes', type=float, default=20.0)
   p.add_argument('--draft-steps', type=int, default=0, help='0: the time budget decides')
   p.add_argument('--draft-lr', type=float, default=0.05, help='peak Adafactor rate')
+  p.add_argument('--draft-dropout', type=float, default=0.0, help='dropout rate of the draft')
   p.add_argument('--draft-soft-weight', type=float, default=0.5,
                  help='weight of KL(target || draft) per token (the rest: cross-entropy on '
                  'the target\'s greedy tokens); 0 trains on the greedy tokens alone')
@@ -126,18 +130,19 @@ def _sp(args):
 
 
 def _train(args, name, config, inputs, targets, val_inputs, val_targets, minutes, steps, lr,
-           soft=None, soft_weight=0.0, extra=None):
+           dropout, soft=None, soft_weight=0.0, extra=None):
   data = training.BucketedData(inputs, targets, args.buckets, seed=args.seed, soft=soft)
   val = training.eval_batches(val_inputs, val_targets, args.buckets)
   log(f'{name}: {len(data)} training pairs ({data.dropped} longer than the largest bucket '
       f'dropped), {data.steps_per_epoch} steps per epoch')
   cfg = training.TrainConfig(minutes=minutes, max_steps=steps, peak_lr=lr,
                              warmup_steps=args.warmup_steps, eval_every=args.eval_every,
-                             seed=args.seed, soft_weight=soft_weight)
+                             seed=args.seed, soft_weight=soft_weight, dropout_rate=dropout)
   summary = training.train(T5(config), data, val, os.path.join(args.workdir, name), cfg,
                            log=lambda m: log(f'{name}: {m}'))
   summary.update(training_pairs=len(data), dropped=data.dropped, peak_lr=lr,
                  buckets=[vars(b) for b in args.buckets], soft_weight=soft_weight,
+                 dropout_rate=dropout,
                  **(extra or {}))
   with open(os.path.join(args.workdir, name, 'summary.json'), 'w') as f:
     json.dump(summary, f, indent=2)
@@ -148,7 +153,7 @@ def stage_target(args):
   x, y, _ = load_split(args, sp, 'train')
   vx, vy, _ = load_split(args, sp, 'validation')
   _train(args, 'target', demo_target, x, y, vx, vy, args.target_minutes, args.target_steps,
-         args.target_lr)
+         args.target_lr, args.target_dropout)
 
 
 def greedy_decode(model, params, inputs, args, batch=None, width=None):
@@ -262,7 +267,7 @@ def stage_draft(args):
     soft = tuple(np.concatenate([a, b.astype(a.dtype)]) for a, b in zip(soft, one_hot))
   vx, vy, _ = _distilled(args, sp, 'validation')  # val accuracy ~ agreement with the target
   _train(args, 'draft', demo_draft, x, y, vx, vy, args.draft_minutes, args.draft_steps,
-         args.draft_lr, soft if args.draft_soft_weight > 0 else None,
+         args.draft_lr, args.draft_dropout, soft if args.draft_soft_weight > 0 else None,
          args.draft_soft_weight, extra={'distilled': distilled})
 
 
@@ -381,7 +386,9 @@ def write_card(args, r):
       f'({t.get("dropped", 0) / max(counts["train"], 1):.1%}); evaluation keeps all.',
       '\n## Models and training\n',
       'Adafactor (optax, T5X settings), linear warmup then cosine decay over the time budget, '
-      'no label smoothing. The target learns the references; the draft learns the target\'s '
+      f'no label smoothing; dropout {t.get("dropout_rate", 0):g} (target) and '
+      f'{d.get("dropout_rate", 0):g} (draft). The target learns the references; the draft '
+      'learns the target\'s '
       f'own greedy outputs ({_distilled_text(d)}; decoded and scored in '
       f'{distill_minutes:.1f} min), which is what raises alpha; per token its '
       f'loss is {d.get("soft_weight", 0)} x KL(target || draft) (the target\'s '

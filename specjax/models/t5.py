@@ -141,12 +141,14 @@ class T5:
     """tokens [B, K] -> [B, K, D] activations."""
     return jnp.take(params['token_embedder']['embedding'], tokens, axis=0).astype(self._dtype)
 
-  def encode(self, params: PyTree, inputs: jax.Array) -> PyTree:
+  def encode(self, params: PyTree, inputs: jax.Array,
+             dropout: layers.Dropout = layers.NO_DROPOUT) -> PyTree:
     """Runs the encoder once and projects every decoder layer's cross-attention K/V.
 
     Args:
       params: from `init` or a checkpoint.
       inputs: [B, S] int32 tokens, right-padded with 0 (padding is masked).
+      dropout: training only (see `logits`).
 
     Returns:
       {'mask': [B, S] bool, 'cross': {'layers_{i}': {'k', 'v': [B, S, N, H]}}}.
@@ -157,18 +159,18 @@ class T5:
     bias = layers.encoder_position_bias(
         enc['relpos_bias']['rel_embedding'], inputs.shape[1],
         cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
-    x = self._embed(params, inputs)  # [B, S, D]
+    x = dropout(self._embed(params, inputs))  # [B, S, D]
     for i in range(cfg.num_encoder_layers):
       p = enc[f'layers_{i}']
       h = layers.rms_norm(x, p['pre_attention_layer_norm']['scale'])
       att = p['attention']
       q, k, v = (layers.project_heads(h, att[n]['kernel'], cfg.num_heads)
                  for n in ('query', 'key', 'value'))  # [B, S, N, H]
-      x = x + layers.merge_heads(layers.dot_product_attention(q, k, v, key_mask, bias),
-                                 att['out']['kernel'])
+      y = layers.dot_product_attention(q, k, v, key_mask, bias, dropout)
+      x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
       h = layers.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
-      x = x + layers.mlp(h, p['mlp'], cfg.mlp_activations)
-    x = layers.rms_norm(x, enc['encoder_norm']['scale'])  # [B, S, D]
+      x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
+    x = dropout(layers.rms_norm(x, enc['encoder_norm']['scale']))  # [B, S, D]
     cross = {}
     for i in range(cfg.num_decoder_layers):
       att = params['decoder'][f'layers_{i}']['encoder_decoder_attention']
@@ -196,7 +198,8 @@ class T5:
             for i in range(cfg.num_decoder_layers)}
 
   def decode(self, params: PyTree, encoded: PyTree, cache: PyTree, tokens: jax.Array,
-             positions: jax.Array) -> Tuple[jax.Array, PyTree]:
+             positions: jax.Array, dropout: layers.Dropout = layers.NO_DROPOUT
+             ) -> Tuple[jax.Array, PyTree]:
     """Scores K decoder tokens per row and writes their K/V into the cache.
 
     One code path for a single step (K = 1), a verify call (K = gamma + 1) and a prefill.
@@ -208,6 +211,7 @@ class T5:
       tokens: [B, K] int32, the tokens at positions positions[b] .. positions[b]+K-1.
       positions: [B] int32 first position per row; positions[b] + K <= T is the caller's
         job (a write past the end would be clamped by dynamic_update_slice).
+      dropout: training only (see `logits`).
 
     Returns:
       logits [B, K, V] float32 (next-token logits after each token) and the new cache.
@@ -221,7 +225,7 @@ class T5:
         dec['relpos_bias']['rel_embedding'], positions, num_tokens, max_len,
         cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
     cross_mask = encoded['mask'][:, None, :]  # [B, 1, S]
-    x = self._embed(params, tokens)  # [B, K, D]
+    x = dropout(self._embed(params, tokens))  # [B, K, D]
     new_cache = {}
     for i in range(cfg.num_decoder_layers):
       name, p = f'layers_{i}', dec[f'layers_{i}']
@@ -233,16 +237,16 @@ class T5:
       v_all = base.write_cache(cache[name]['v'], v, positions)
       new_cache[name] = {'k': k_all, 'v': v_all}
       y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
-                                       self_mask, bias)
-      x = x + layers.merge_heads(y, att['out']['kernel'])
+                                       self_mask, bias, dropout)
+      x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
       h = layers.rms_norm(x, p['pre_cross_attention_layer_norm']['scale'])
       att, kv = p['encoder_decoder_attention'], encoded['cross'][name]
       q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)
-      y = layers.dot_product_attention(q, kv['k'], kv['v'], cross_mask)
-      x = x + layers.merge_heads(y, att['out']['kernel'])
+      y = layers.dot_product_attention(q, kv['k'], kv['v'], cross_mask, dropout=dropout)
+      x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
       h = layers.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
-      x = x + layers.mlp(h, p['mlp'], cfg.mlp_activations)
-    y = layers.rms_norm(x, dec['decoder_norm']['scale']).astype(jnp.float32)  # [B, K, D]
+      x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
+    y = dropout(layers.rms_norm(x, dec['decoder_norm']['scale'])).astype(jnp.float32)
     if cfg.logits_via_embedding:
       # Tied (v1.0): scale by 1/sqrt(D) as T5X's embedding.attend path and HF do.
       logits = jnp.einsum('bkd,vd->bkv', y, params['token_embedder']['embedding'])
@@ -251,20 +255,24 @@ class T5:
       logits = jnp.einsum('bkd,dv->bkv', y, dec['logits_dense']['kernel'])
     return logits, new_cache
 
-  def logits(self, params: PyTree, inputs: jax.Array,
-             decoder_input_tokens: jax.Array) -> jax.Array:
+  def logits(self, params: PyTree, inputs: jax.Array, decoder_input_tokens: jax.Array,
+             dropout_rate: float = 0.0, dropout_rng: jax.Array | None = None) -> jax.Array:
     """Teacher-forced logits through the decode path (for training and scoring).
 
     Args:
       params: model params.
       inputs: [B, S] int32 encoder tokens (0 = padding).
       decoder_input_tokens: [B, T] int32, starting with the start token 0.
+      dropout_rate: training only, T5X's placement: on the embeddings, the attention
+        weights, each sublayer's output, the MLP's hidden units and the final norms.
+      dropout_rng: PRNG key of the masks (needed when dropout_rate > 0).
 
     Returns:
       [B, T, V] float32: position t predicts decoder token t + 1.
     """
     batch, length = decoder_input_tokens.shape
+    dropout = layers.Dropout(dropout_rate, dropout_rng) if dropout_rate else layers.NO_DROPOUT
     cache = self.init_cache(batch, length)
-    logits, _ = self.decode(params, self.encode(params, inputs), cache,
-                            decoder_input_tokens, jnp.zeros((batch,), jnp.int32))
+    logits, _ = self.decode(params, self.encode(params, inputs, dropout), cache,
+                            decoder_input_tokens, jnp.zeros((batch,), jnp.int32), dropout)
     return logits

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +36,30 @@ def mlp_kernel_names(activations: Sequence[str]) -> list:
   return [f'wi_{i}' for i in range(len(activations))]
 
 
+class Dropout:
+  """Inverted dropout for training (T5X's `dropout_rate`); the identity at rate 0.
+
+  One instance serves a whole forward pass: each call folds a call counter into `rng`,
+  so every site draws its own mask. Inference passes none (`NO_DROPOUT`).
+  """
+
+  def __init__(self, rate: float, rng: Optional[jax.Array]):
+    if not 0.0 <= rate < 1.0:
+      raise ValueError(f'dropout rate must be in [0, 1), got {rate}')
+    self.rate, self.rng, self.calls = rate, rng, 0
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    if not self.rate:
+      return x
+    self.calls += 1
+    keep = jax.random.bernoulli(jax.random.fold_in(self.rng, self.calls), 1.0 - self.rate,
+                                x.shape)
+    return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros_like(x)).astype(x.dtype)
+
+
+NO_DROPOUT = Dropout(0.0, None)
+
+
 def rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
   """T5 LayerNorm: x / rms(x) * scale, no mean and no bias. x [..., D] -> same shape/dtype."""
   # The statistics run in float32 even for bfloat16 activations, as in T5X and HF.
@@ -59,7 +83,8 @@ def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                          bias: jax.Array | None = None) -> jax.Array:
+                          bias: jax.Array | None = None,
+                          dropout: Dropout = NO_DROPOUT) -> jax.Array:
   """Unscaled softmax attention (T5 folds 1/sqrt(H) into the query init).
 
   Args:
@@ -68,6 +93,7 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     v: [B, T, N, H] values.
     mask: [B, K, T] or [B, 1, T] bool, True where the query may see the key.
     bias: optional [B or 1, N, K, T] float32 relative position bias.
+    dropout: applied to the attention weights (training only).
 
   Returns:
     [B, K, N, H] in v's dtype.
@@ -77,16 +103,18 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   if bias is not None:
     scores = scores + bias
   scores = jnp.where(mask[:, None, :, :], scores, _MASKED)  # [B, N, K, T]
-  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  probs = dropout(jax.nn.softmax(scores, axis=-1).astype(v.dtype))
   return jnp.einsum('bnkt,btnh->bknh', probs, v)
 
 
-def mlp(x: jax.Array, params: PyTree, activations: Sequence[str]) -> jax.Array:
-  """T5 MLP: the product of act_i(x @ wi_i), then wo. x [B, K, D] -> [B, K, D]."""
+def mlp(x: jax.Array, params: PyTree, activations: Sequence[str],
+        dropout: Dropout = NO_DROPOUT) -> jax.Array:
+  """T5 MLP: the product of act_i(x @ wi_i), dropout, then wo. x [B, K, D] -> [B, K, D]."""
   hidden = None
   for name, act in zip(mlp_kernel_names(activations), activations):
     h = ACTIVATIONS[act](jnp.einsum('bkd,df->bkf', x, params[name]['kernel'].astype(x.dtype)))
     hidden = h if hidden is None else hidden * h  # [B, K, F]
+  hidden = dropout(hidden)
   return jnp.einsum('bkf,fd->bkd', hidden, params['wo']['kernel'].astype(x.dtype))
 
 
