@@ -80,3 +80,19 @@ def test_alpha_ignores_draft_positions_past_eos():
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   assert out.stats.alpha == pytest.approx(1.0)
   assert out.stats.acceptance_rate < 1.0  # drafts past EOS were still proposed and rejected
+
+
+def test_alpha_ignores_draft_positions_past_max_decode_len():
+  target, tp = chain_markov(0)
+  inputs = jnp.array([[5, 0, 0]], jnp.int32)  # its greedy path 6, 7, ... runs 11 tokens
+  ref = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=5)
+  path = [3] + np.asarray(ref.tokens[0]).tolist()
+  assert int(ref.lengths[0]) == 5 and path[-1] not in path[:-1] + [1]  # cut by the length
+  # The draft agrees with the target except after the output's last token.
+  row = tp['logits'][path[-1]]
+  dp = {'logits': tp['logits'].at[path[-1], (int(jnp.argmax(row)) + 1) % row.shape[0]]
+        .add(100.0)}
+  # gamma 3: the second block's drafts run past the 5th token, where the draft disagrees.
+  out = specjax.speculative_decode(target, tp, target, dp, inputs, gamma=3, max_decode_len=5)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert out.stats.alpha == pytest.approx(1.0)
