@@ -12,7 +12,7 @@ Stages (each resumable; a rerun continues where it stopped):
 
 Usage:
   python scripts/train_demo.py [--stages target,distill-data,draft,export,evaluate]
-      [--workdir runs/demo] [--target-minutes 50] [--draft-minutes 20]
+      [--workdir runs/demo] [--target-minutes 50] [--draft-minutes 30]
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--target-dropout', type=float, default=0.1,
                  help='dropout rate of the target (T5 1.1 fine-tuning uses 0.1; without it '
                  'the target memorises the train split)')
-  p.add_argument('--draft-minutes', type=float, default=20.0)
+  p.add_argument('--draft-minutes', type=float, default=30.0)
   p.add_argument('--draft-steps', type=int, default=0, help='0: the time budget decides')
   p.add_argument('--draft-lr', type=float, default=0.05, help='peak Adafactor rate')
   p.add_argument('--draft-dropout', type=float, default=0.0, help='dropout rate of the draft')
