@@ -146,9 +146,12 @@ def reading(result: dict) -> str:
         f'{together * 1e3:.2f} ms ({calls["target_steps"]:.2f} target steps, '
         f'x{(draft + verify) / together:.2f} against timed alone: the draft\'s first call '
         'carries two tokens, and each model\'s weights push the other\'s out of the CPU '
-        f'caches), and the loop\'s own work (acceptance, commit) the remaining '
-        f'{(per_iteration - together) * 1e3:.2f} ms '
-        f'(x{together / per_iteration:.2f}). The target-alone loop spends '
+        'caches), and the loop\'s own work (acceptance, commit) '
+        + (f'the remaining {(per_iteration - together) * 1e3:.2f} ms '
+           f'(x{together / per_iteration:.2f}). ' if together <= per_iteration else
+           f'is below the timing noise: the calls alone measured '
+           f'{(together - per_iteration) * 1e3:.2f} ms more than a whole iteration. ')
+        + f'The target-alone loop spends '
         f'{per_token / t1:.2f} t_1 per token (its own loop work), which the comparison '
         'credits to specjax. ')
   else:

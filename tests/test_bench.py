@@ -68,6 +68,9 @@ def test_reading_splits_the_cost_when_the_model_calls_were_timed_together():
   assert '1.80 ms (1.80 target steps, x0.94' in text
   assert 'remaining 0.20 ms (x0.90)' in text
   assert '1.25 t_1 per token' in text  # 40 ms of loop / 32 tokens over t_1 = 1 ms
+  noisy = report.reading(_timed_result(
+      model_calls={'gamma': 2, 'seconds': 0.0023, 'target_steps': 2.3}))
+  assert 'below the timing noise' in noisy and '0.30 ms more than a whole iteration' in noisy
 
 
 class _Recording:
