@@ -112,6 +112,18 @@ def test_dropout_masks_scale_and_differ_per_call():
   assert NO_DROPOUT(x) is x
 
 
+def test_hashed_bits_are_uniform_and_independent_across_keys_and_neighbours():
+  from scipy import stats
+  from specjax.models.t5_layers import hashed_uniform_bits
+  a = np.asarray(hashed_uniform_bits(jax.random.PRNGKey(0), (256, 256)))
+  b = np.asarray(hashed_uniform_bits(jax.random.fold_in(jax.random.PRNGKey(0), 1), (256, 256)))
+  for bits in (a >> 28, a & 15, b >> 28):  # high and low nibbles: 16 equally likely values
+    assert stats.chisquare(np.bincount(bits.ravel(), minlength=16)).pvalue > 1e-3
+  keep_a, keep_b = a.ravel() >= 2**31, b.ravel() >= 2**31
+  for x, y in ((keep_a, keep_b), (keep_a[:-1], keep_a[1:]), (keep_a[:-256], keep_a[256:])):
+    assert abs(np.corrcoef(x, y)[0, 1]) < 0.02  # other key, next column, next row
+
+
 def test_dropout_only_when_asked_and_reproducible_per_key():
   model = T5(t5_tiny)
   params = model.init(jax.random.PRNGKey(0))
