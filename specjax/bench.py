@@ -40,6 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'or plain lines')
   p.add_argument('--prefix', default=None, help='task prefix (demo: translate English to German: )')
   p.add_argument('--num-examples', type=int, default=64)
+  p.add_argument('--select', choices=('first', 'longest'), default='first',
+                 help='which --num-examples lines of --input: the first, or the longest '
+                 '(longer outputs lose less to the last block, which ends inside EOS)')
   p.add_argument('--batch-size', type=int, default=1, help='1 is the paper\'s setting')
   p.add_argument('--gammas', default='1-8', help='e.g. 1-8 or 1,2,4')
   p.add_argument('--temperatures', default='0,1')
@@ -65,7 +68,8 @@ def _ints(spec: str):
   return out
 
 
-def _read_texts(path: str, prefix: str, limit: int):
+def _read_texts(path: str, prefix: str, limit: int, select: str = 'first'):
+  """The `limit` first (or longest, in file order) texts of a JSONL or plain-text file."""
   texts = []
   with open(path, encoding='utf-8') as f:
     for line in f:
@@ -74,8 +78,11 @@ def _read_texts(path: str, prefix: str, limit: int):
       rec = json.loads(line) if line.lstrip().startswith('{') else {'inputs': line.strip()}
       text = rec.get('inputs') or rec.get('en')
       texts.append(text if text.startswith(prefix) else prefix + text)
-      if len(texts) == limit:
+      if len(texts) == limit and select == 'first':
         break
+  if select == 'longest':
+    keep = sorted(sorted(range(len(texts)), key=lambda i: -len(texts[i]))[:limit])
+    texts = [texts[i] for i in keep]
   return texts
 
 
@@ -93,7 +100,7 @@ def _setup(args):
   target, tp, draft, dp, vocab = load_pair(job)
   prefix = args.prefix if args.prefix is not None else (
       DEMO_PREFIX if args.target.startswith('demo_') else '')
-  texts = _read_texts(args.input, prefix, args.num_examples)
+  texts = _read_texts(args.input, prefix, args.num_examples, args.select)
   return target, tp, draft, dp, tokenize(vocab, texts, args.max_input_len, False)
 
 
@@ -127,7 +134,8 @@ def run_bench(args) -> dict:
   result = {
       'target': 't5_tiny' if args.quick else args.target,
       'draft': 't5_tiny_draft' if args.quick else args.draft,
-      'num_examples': len(inputs), 'batch_size': size, 'max_decode_len': max_len,
+      'num_examples': len(inputs), 'select': 'first' if args.quick else args.select,
+      'batch_size': size, 'max_decode_len': max_len,
       'c': costs['c'], 'v': {str(k): x for k, x in costs['v'].items()},
       'target_step_seconds': costs['target_step_seconds'],
       'draft_step_seconds': costs['draft_step_seconds'],

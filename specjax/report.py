@@ -187,7 +187,7 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
       f'- backend: {m["backend"]} ({m["device_kind"]} x{m["device_count"]}); python '
       f'{m["python"]}, jax {m["jax"]}, flax {m["flax"]}',
       f'- pair: target {result["target"]}, draft {result["draft"]}; {result["num_examples"]} '
-      f'examples, batch {result["batch_size"]}, max decode length {result["max_decode_len"]}',
+      f'examples ({result.get("select", "first")} lines of the input), batch {result["batch_size"]}, max decode length {result["max_decode_len"]}',
       f'- compile time of the first call: {result["compile_seconds"]:.1f} s; traces per '
       f'(gamma, temperature): {result["traces"]}', '', format_table(result), '']
   if plot_path:

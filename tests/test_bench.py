@@ -126,3 +126,12 @@ def test_quick_bench_end_to_end(tmp_path):
   assert all(run['identical'] for run in result['peers']['runs'].values())
   assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert 'Where the time goes' in md.read_text()
+
+
+def test_inputs_first_or_longest_in_file_order(tmp_path):
+  path = tmp_path / 'in.jsonl'
+  lines = ['a b', 'a much longer line', 'mid line', '', 'the longest line of them all']
+  path.write_text('\n'.join(json.dumps({'en': t}) if t else '' for t in lines))
+  assert bench._read_texts(str(path), 'p: ', 2) == ['p: a b', 'p: a much longer line']
+  assert bench._read_texts(str(path), 'p: ', 2, 'longest') == [
+      'p: a much longer line', 'p: the longest line of them all']
