@@ -1,5 +1,7 @@
 """T5 model: parameter tree and sizes, cached decode vs teacher forcing, masking, dtypes."""
 import functools
+import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -178,6 +180,22 @@ def test_decode_step_macs_match_xla_cost_analysis(name):
   cost = cost[0] if isinstance(cost, list) else cost
   # XLA also counts the elementwise work (norms, softmax, activations): a few percent.
   assert 1.0 <= cost['flops'] / 2 / cfg.decode_step_macs(32, 16) < 1.05
+
+
+def test_decode_step_copies_no_weight_matrix():
+  """A decode step must not relayout weights: XLA:CPU copied every attention out kernel on
+  every step while `merge_heads` contracted heads and head dim as two axes."""
+  cfg = T5_CONFIGS['demo_target']
+  model = T5(cfg)
+  params = jax.eval_shape(model.init, jax.random.key(0))
+  encoded = jax.eval_shape(model.encode, params, jax.ShapeDtypeStruct((1, 16), jnp.int32))
+  cache = jax.eval_shape(lambda: model.init_cache(1, 32))
+  text = jax.jit(model.decode).lower(
+      params, encoded, cache, jax.ShapeDtypeStruct((1, 1), jnp.int32),
+      jax.ShapeDtypeStruct((1,), jnp.int32)).compile().as_text()
+  copies = re.findall(r'= \w+\[([\d,]*)\]\{[^}]*\} copy\(', text)
+  sizes = [math.prod(int(d) for d in dims.split(',') if d) for dims in copies]
+  assert max(sizes, default=0) < cfg.num_heads * cfg.head_dim * cfg.emb_dim, copies
 
 
 def test_demo_draft_step_costs_under_a_tenth_of_the_target():
