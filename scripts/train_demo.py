@@ -12,16 +12,14 @@ Stages (each resumable; a rerun continues where it stopped):
 
 Usage:
   python scripts/train_demo.py [--stages target,distill-data,draft,export,evaluate]
-      [--workdir runs/demo] [--target-minutes 50] [--draft-minutes 30]
+      [--workdir runs/demo] [--target-minutes 60] [--draft-minutes 30]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import glob
 import json
 import os
-import platform
 import subprocess
 import time
 
@@ -35,6 +33,8 @@ from specjax.decoding import autoregressive_decode, speculative_decode
 from specjax.models.t5 import T5
 from specjax.models.t5_config import demo_draft, demo_target
 from specjax.sampling import SamplingConfig
+
+from demo_card import bleu_by_kind, paired_bootstrap, write_card  # pylint: disable=wrong-import-order
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSETS = os.path.join(REPO, 'specjax', 'assets', 'demo')
@@ -54,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--buckets', default='16:128,24:96,32:64',
                  help='training batch shapes LEN:BATCH (inputs and targets padded to LEN); '
                  'longer pairs are dropped from training')
-  p.add_argument('--target-minutes', type=float, default=50.0)
+  p.add_argument('--target-minutes', type=float, default=60.0)
   p.add_argument('--target-steps', type=int, default=0, help='0: the time budget decides')
   p.add_argument('--target-lr', type=float, default=0.05, help='peak Adafactor rate')
   p.add_argument('--target-dropout', type=float, default=0.1,
@@ -306,16 +306,21 @@ def stage_evaluate(args):
   inputs, _, pairs = load_split(args, _sp(args), 'test')
   refs = [de for _, de in pairs]
   width = -(-max(len(x) for x in inputs) // 16) * 16
-  result = {}
+  result, hyps = {}, {}
   for name, model, params in (('target', target, tp), ('draft', draft, dp)):
     start = time.time()
     tokens = greedy_decode(model, params, inputs, args, width=width)
-    hyps = [vocab.decode(row) for row in tokens]
-    result[f'{name}_bleu'] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    hyps[name] = [vocab.decode(row) for row in tokens]
+    result[f'{name}_bleu'] = round(sacrebleu.corpus_bleu(hyps[name], [refs]).score, 2)
     result[f'{name}_params'] = int(sum(np.size(a) for a in jax.tree.leaves(params)))
     log(f'evaluate: {name} BLEU {result[f"{name}_bleu"]} ({time.time() - start:.0f} s)')
     if name == 'target':
       target_tokens = tokens
+  result['bootstrap'] = paired_bootstrap(hyps['target'], hyps['draft'], refs)
+  near = demo_data.near_duplicates([en for en, _ in pairs],
+                                   [en for en, _ in demo_data.load_pairs('train', args.data)])
+  result['by_kind'] = bleu_by_kind(hyps, refs, near)
+  log(f'evaluate: bootstrap {result["bootstrap"]}, by kind {result["by_kind"]}')
   for label, sampling in (('greedy', SamplingConfig()), ('t1', SamplingConfig(1.0))):
     stats, tokens = _pair_stats(args, target, tp, draft, dp, inputs, sampling)
     result[label] = {'alpha': round(stats.alpha, 4), 'target_calls': int(jnp.sum(
@@ -327,120 +332,7 @@ def stage_evaluate(args):
   result['sizes'] = {n: _du(os.path.join(args.assets, n)) for n in ('target', 'draft')}
   with open(os.path.join(args.workdir, 'eval.json'), 'w') as f:
     json.dump(result, f, indent=2)
-  write_card(args, result)
-
-
-def _summary(args, name):
-  path = os.path.join(args.workdir, name, 'summary.json')
-  return json.load(open(path)) if os.path.exists(path) else {}
-
-
-def _distilled_text(summary):
-  """Where the draft's training inputs came from, for the model card."""
-  names = {'train': 'train inputs', 'validation': 'validation inputs',
-           'unlabelled': 'English-only inputs with no reference (`unlabelled.jsonl` of '
-                         '`build_demo_corpus.py`: messages from the other languages\' '
-                         'catalogs, sentences of Python\'s docstrings and of the READMEs and '
-                         'changelogs under /usr/share/doc)'}
-  counts = summary.get('distilled', {'train': summary.get('training_pairs', '?')})
-  return ' and '.join(f'{n} {names.get(s, s)}' for s, n in counts.items())
-
-
-def _total_minutes(target, draft, distill_minutes):
-  """'N min' of target training + distillation data + draft training, or '?' if unknown."""
-  parts = [target.get('minutes'), draft.get('minutes')]
-  if None in parts:
-    return '?'
-  return f'{sum(parts) + distill_minutes:.0f} min'
-
-
-def write_card(args, r):
-  """Writes MODEL_CARD.md from the stage summaries and the evaluation results."""
-  counts = {s: len(demo_data.load_pairs(s, args.data)) for s in demo_data.SPLITS}
-  catalogs = len(glob.glob('/usr/share/locale/de/LC_MESSAGES/*.mo'))
-  t, d = _summary(args, 'target'), _summary(args, 'draft')
-  distill_minutes = sum(float(np.load(p)['minutes']) for p in glob.glob(
-      os.path.join(args.workdir, 'distill', '*.npz')))
-  g, s = r['greedy'], r['t1']
-
-  def train_row(name, config, x):
-    return (f'| {name} | `{config.name}` | {r[name + "_params"] / 1e6:.2f} M | '
-            f'{x.get("steps", "?")} | {x.get("epochs", "?")} | {x.get("minutes", "?")} | '
-            f'{x.get("val_loss", "?")} | {r[name + "_bleu"]} | {r["sizes"][name]} |')
-
-  lines = [
-      '# specjax demo models: English -> German T5 target and draft',
-      '',
-      'A small T5 1.1 target and a much smaller draft trained from scratch on this machine '
-      'for the speculative decoding demo. Written by `scripts/train_demo.py` (evaluate '
-      'stage); do not edit by hand.\n\n## Data\n',
-      f'English/German message pairs from the gettext catalogs of this Debian system '
-      f'(`/usr/share/locale/de/LC_MESSAGES/*.mo`, {catalogs} catalogs: coreutils, git, glib, '
-      'gtk, postgres, ...), cleaned and split by `scripts/build_demo_corpus.py`: '
-      f'{counts["train"]} train, {counts["validation"]} validation, {counts["test"]} test '
-      'pairs. Input: `translate English to German: <en>`; target: the German. Vocabulary: '
-      '`spm.model`, 4000 SentencePiece pieces (pad 0, eos 1, unk 2), logits padded to 4096. '
-      'Training pads pairs into buckets '
-      f'{", ".join(f"{b.input_len} tokens x {b.batch}" for b in args.buckets)} and drops the '
-      f'{t.get("dropped", "?")} longer train pairs '
-      f'({t.get("dropped", 0) / max(counts["train"], 1):.1%}); evaluation keeps all.',
-      '\n## Models and training\n',
-      'Adafactor (optax, T5X settings), linear warmup then cosine decay over the time budget, '
-      f'no label smoothing; dropout {t.get("dropout_rate", 0):g} (target) and '
-      f'{d.get("dropout_rate", 0):g} (draft). The target learns the references; the draft '
-      'learns the target\'s '
-      f'own greedy outputs ({_distilled_text(d)}; decoded and scored in '
-      f'{distill_minutes:.1f} min), which is what raises alpha; per token its '
-      f'loss is {d.get("soft_weight", 0)} x KL(target || draft) (the target\'s '
-      f'top-{args.soft_top_k} log-probs at the same prefix, stored by distill-data) '
-      f'+ {1 - d.get("soft_weight", 0):g} x cross-entropy on the greedy token.',
-      '',
-      '| model | config | params | steps | epochs | train min | val loss | test BLEU | size |',
-      '|---|---|---|---|---|---|---|---|---|',
-      train_row('target', demo_target, t),
-      train_row('draft', demo_draft, d),
-      '',
-      f'In all: {_total_minutes(t, d, distill_minutes)} of training and distillation on this '
-      'machine (evaluation not counted).',
-      '',
-      f'Decode step (one token, logits included, `T5Config.decode_step_macs`): target '
-      f'{demo_target.decode_step_macs() / 1e6:.2f} M multiply-adds, draft '
-      f'{demo_draft.decode_step_macs() / 1e6:.2f} M '
-      f'({demo_draft.decode_step_macs() / demo_target.decode_step_macs():.3f} of the '
-      'target\'s); the draft\'s encoder runs once per input and is not part of it. '
-      f'Draft validation accuracy against the target\'s greedy outputs (teacher-forced): '
-      f'{d.get("val_accuracy", "?")}. Machine: {os.cpu_count()} CPU cores '
-      f'({platform.processor() or platform.machine()}), jax {jax.__version__} on CPU, '
-      'float32.',
-      '\n## Test split (500 pairs)\n',
-      'BLEU: sacrebleu corpus BLEU of greedy outputs (max '
-      f'{args.max_decode_len} tokens) against the German references.',
-      '',
-      f'Speculative decoding of the pair, gamma {args.gamma}:',
-      '',
-      'alpha: mean of beta = sum_x min(p(x), q(x)) (1 or 0 when greedy) over the draft '
-      'positions the target verified on the output\'s own prefix: up to the first rejection '
-      'and not past EOS; acceptance rate: accepted / drafted tokens, drafts past EOS '
-      'included; tokens per target call: (accepted + calls) / calls, before truncation at '
-      'EOS.',
-      '',
-      '| sampling | alpha | acceptance rate | tokens per target call |',
-      '|---|---|---|---|',
-      f'| greedy | {g["alpha"]:.3f} | {g["acceptance_rate"]:.3f} | {g["tokens_per_call"]:.2f} |',
-      f'| temperature 1 | {s["alpha"]:.3f} | {s["acceptance_rate"]:.3f} | '
-      f'{s["tokens_per_call"]:.2f} |',
-      '',
-      f'Greedy speculative outputs equal the target\'s own greedy outputs on '
-      f'{r["greedy_matches_target"]} of {counts["test"]} rows.',
-      '',
-      "Load with `checkpoints.load_model(None, 'specjax/assets/demo/target')` (and `draft`), "
-      "vocabulary `checkpoints.load_vocab('specjax/assets/demo/spm.model')`. Toy models: "
-      'they translate short software messages, nothing else.',
-      '']
-  path = os.path.join(args.assets, 'MODEL_CARD.md')
-  with open(path, 'w') as f:
-    f.write('\n'.join(lines))
-  log(f'evaluate: wrote {path}')
+  log(f'evaluate: wrote {write_card(args, result)}')
 
 
 def main(argv=None):

@@ -9,6 +9,7 @@ training and decoding scripts.
 
 from __future__ import annotations
 
+import collections
 import functools
 import gettext
 import hashlib
@@ -207,6 +208,42 @@ def build_splits(
         "validation": kept[n_test:n_held],
         "test": kept[:n_test],
     }
+
+
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w.casefold() for w in _WORD.findall(text))
+
+
+def near_duplicates(
+    queries: Sequence[str], corpus: Sequence[str], threshold: float = 0.6
+) -> list[bool]:
+    """Which queries have a near-twin in `corpus`: a line whose set of words (letters only,
+    case-folded) overlaps the query's with Jaccard >= threshold.
+
+    Gettext catalogs repeat templates ("Switch to workspace 3" / "... 6"), so a held-out
+    line can still have a twin in train; the model card reports BLEU on both kinds.
+    A query without words is never a near-duplicate.
+    """
+    corpus_words = [_words(line) for line in corpus]
+    index: dict[str, list[int]] = collections.defaultdict(list)
+    for i, words in enumerate(corpus_words):
+        for w in words:
+            index[w].append(i)
+    flags = []
+    for query in queries:
+        words = _words(query)
+        rare = sorted(words, key=lambda w: len(index.get(w, ())))
+        # A twin holds >= threshold * n of the query's n words, so it misses at most
+        # floor((1 - threshold) * n): it holds one of any floor(...) + 1 of them.
+        probe = rare[: int((1.0 - threshold) * len(words) + 1e-9) + 1]
+        candidates = {i for w in probe for i in index.get(w, ())}
+        flags.append(any(
+            len(words & corpus_words[i]) >= threshold * len(words | corpus_words[i])
+            for i in candidates) if words else False)
+    return flags
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")

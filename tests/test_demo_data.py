@@ -248,3 +248,29 @@ def test_bundled_samples():
     assert len(rows) == 8
     for row in rows:
         assert row["inputs"].startswith(demo_data.TASK_PREFIX) and row["targets"]
+
+
+def test_near_duplicates_matches_brute_force_jaccard():
+    rng = np.random.default_rng(0)
+    vocab = [f"w{chr(97 + i)}" for i in range(12)]  # letters only: digits are not words
+    corpus = [" ".join(rng.choice(vocab, rng.integers(1, 7))) for _ in range(300)]
+    queries = [" ".join(rng.choice(vocab, rng.integers(0, 7))) for _ in range(300)]
+
+    def words(s):
+        return set(s.split())
+
+    def brute(q):
+        return bool(words(q)) and any(
+            len(words(q) & words(c)) / len(words(q) | words(c)) >= 0.6 for c in corpus)
+
+    got = demo_data.near_duplicates(queries, corpus, 0.6)
+    assert got == [brute(q) for q in queries]
+    assert 0 < sum(got) < len(got)
+
+
+def test_near_duplicates_sees_templates_not_numbers_or_case():
+    corpus = ["Switch to workspace 3", "cannot open file"]
+    got = demo_data.near_duplicates(
+        ["switch to Workspace 6", "cannot set path in scalar", "42", "cannot open the file"],
+        corpus)
+    assert got == [True, False, False, True]

@@ -1,0 +1,25 @@
+"""The demo model card's BLEU comparisons (scripts/demo_card.py)."""
+import pytest
+
+pytest.importorskip('sacrebleu')
+from scripts import demo_card  # pylint: disable=wrong-import-position
+
+REFS = [f'Die Datei {w} wurde nicht gefunden und kann nicht geöffnet werden' for w in
+        ('eins', 'zwei', 'drei', 'vier', 'fünf', 'sechs', 'sieben', 'acht')]
+BAD = ['Fehler beim Lesen'] * len(REFS)
+
+
+def test_paired_bootstrap_ties_and_clear_wins():
+  tie = demo_card.paired_bootstrap(BAD, BAD, REFS, resamples=50)
+  assert tie == {'target_wins': 0.0, 'diff_low': 0.0, 'diff_high': 0.0}
+  win = demo_card.paired_bootstrap(REFS, BAD, REFS, resamples=50)
+  assert win['target_wins'] == 1.0 and win['diff_low'] > 50
+
+
+def test_bleu_by_kind_splits_lines():
+  near = [True, True, False, False, False, False, False, False]
+  hyps = {'target': REFS[:2] + BAD[2:], 'draft': BAD[:2] + REFS[2:]}
+  got = demo_card.bleu_by_kind(hyps, REFS, near)
+  assert got['near_duplicate']['lines'] == 2 and got['novel']['lines'] == 6
+  assert got['near_duplicate']['target'] == 100.0 and got['novel']['draft'] == 100.0
+  assert got['near_duplicate']['draft'] < 5 and got['novel']['target'] < 5
