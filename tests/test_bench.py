@@ -135,3 +135,24 @@ def test_inputs_first_or_longest_in_file_order(tmp_path):
   assert bench._read_texts(str(path), 'p: ', 2) == ['p: a b', 'p: a much longer line']
   assert bench._read_texts(str(path), 'p: ', 2, 'longest') == [
       'p: a much longer line', 'p: the longest line of them all']
+
+
+def test_timed_decode_keeps_each_batchs_fastest_pass():
+  import time
+  import numpy as np
+  from specjax.decoding import DecodeOutput
+  from specjax.loop_state import DecodeStats
+  calls = []
+
+  def fn(batch):  # every batch's first timed pass hits a "slow spell" of 0.2 s
+    calls.append(int(batch[0, 0]))
+    if len(calls) > 1 and calls.count(calls[-1]) == 2:
+      time.sleep(0.2)
+    return DecodeOutput(tokens=batch, lengths=np.ones(1, np.int32),
+                        stats=DecodeStats.zeros(1, 2))
+
+  batches = [np.full((1, 3), i, np.int32) for i in range(4)]
+  run = benchmark.timed_decode(fn, batches, passes=3)
+  assert len(calls) == 1 + 4 * 3  # the compile call, then three passes per batch
+  assert run['seconds'] < 0.2 and run['num_tokens'] == 4
+  assert run['tokens'].tolist() == [[i] * 3 for i in range(4)]
