@@ -15,9 +15,11 @@ from sacrebleu.metrics import BLEU
 from specjax import demo_data
 from specjax.models.t5_config import demo_draft, demo_target
 
+BOOTSTRAP_RESAMPLES = 1000
+
 
 def paired_bootstrap(target_hyps: Sequence[str], draft_hyps: Sequence[str],
-                     refs: Sequence[str], resamples: int = 1000, seed: int = 0
+                     refs: Sequence[str], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
                      ) -> Dict[str, float]:
   """Corpus BLEU of target and draft on the same resampled test lines (Koehn, 2004).
 
@@ -85,7 +87,7 @@ def _bleu_text(r) -> str:
   near, novel = k['near_duplicate'], k['novel']
   return '\n'.join([
       f'Target minus draft: {r["target_bleu"] - r["draft_bleu"]:+.2f} BLEU; paired bootstrap '
-      f'over 1000 resamples of the test lines: the target scores higher in '
+      f'over {BOOTSTRAP_RESAMPLES} resamples of the test lines: the target scores higher in '
       f'{b["target_wins"]:.1%} of them, 95% interval of the difference '
       f'[{b["diff_low"]:+.2f}, {b["diff_high"]:+.2f}].',
       '',
