@@ -8,8 +8,8 @@ the chosen mesh axis does not divide, so that a draft whose head count does not 
 the model axis (T5 1.1 small has 6 heads) runs replicated instead of failing.
 
 Activations follow the model contract: every leaf of `encoded` and of a cache is
-batch-major, and 4-D leaves are [B, T, N, H] (T is S for cross-attention K/V), so they
-shard batch over 'data' and heads over 'model'.
+batch-major, and 4-D leaves are heads-major [B, N, H, T] (T is S for cross-attention K/V),
+so they shard batch over 'data' and heads over 'model'.
 """
 from __future__ import annotations
 
@@ -215,10 +215,10 @@ def param_shardings(model, mesh: Mesh, rules: Rules = STANDARD_RULES) -> PyTree:
 
 
 def activation_spec(shape: Sequence[int], mesh: Mesh, rules: Rules = STANDARD_RULES) -> P:
-  """Batch-major activations: [B, ...] -> batch over data; [B, T, N, H] also heads."""
+  """Batch-major activations: [B, ...] -> batch over data; [B, N, H, T] also heads."""
   if not shape:
     return P()
-  axes = ('batch', 'length', 'heads', 'kv') if len(shape) == 4 else (
+  axes = ('batch', 'heads', 'kv', 'length') if len(shape) == 4 else (
       ('batch',) + (None,) * (len(shape) - 1))
   return logical_to_spec(axes, shape, mesh, rules)
 

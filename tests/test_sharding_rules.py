@@ -74,8 +74,9 @@ def test_t5_xxl_shards_every_big_param_on_16():
 
 
 def test_activation_specs_batch_over_data_heads_over_model():
-  assert sharding.activation_spec((8, 10, 4, 3), MESH_2X4) == P('data', None, 'model', None)
-  assert sharding.activation_spec((8, 10, 2, 4), MESH_2X4) == P('data', None, None, None)
+  # 4-D leaves are heads-major caches and cross K/V: [B, N, H, T].
+  assert sharding.activation_spec((8, 4, 3, 10), MESH_2X4) == P('data', 'model', None, None)
+  assert sharding.activation_spec((8, 2, 4, 10), MESH_2X4) == P('data', None, None, None)
   assert sharding.activation_spec((8, 10), MESH_2X4) == P('data', None)
   assert sharding.activation_spec((3, 10), MESH_2X4) == P(None, None)
   assert sharding.activation_spec((), MESH_2X4) == P()

@@ -8,8 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from specjax import decoding
+from specjax.loop_state import LoopConfig
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, T5Config
+from specjax.sampling import SamplingConfig
 
 # Small enough to run fast on CPU, big enough (V, T) for varied argmaxes and positions.
 V11 = T5Config(vocab_size=40, emb_dim=16, num_heads=4, num_encoder_layers=2,
@@ -142,13 +145,13 @@ def test_contract_shapes():
   assert lengths.tolist() == [1, 1, 1]
   cache = model.init_cache(3, 10)
   assert set(cache) == {'layers_0', 'layers_1'}
-  assert cache['layers_0']['k'].shape == (3, 10, 4, 4)
+  assert cache['layers_0']['k'].shape == (3, 4, 4, 10)  # [B, N, H, T], heads-major
   assert cache['layers_0']['k'].dtype == jnp.bfloat16
   assert model.init_cache(3, 10, jnp.float32)['layers_1']['v'].dtype == jnp.float32
   encoded = jax.eval_shape(model.encode, jax.eval_shape(model.init, jax.random.key(0)),
                            inputs)
   assert encoded['mask'].shape == (3, 7)
-  assert encoded['cross']['layers_1']['k'].shape == (3, 7, 4, 4)
+  assert encoded['cross']['layers_1']['k'].shape == (3, 4, 4, 7)  # [B, N, H, S]
   assert encoded['cross']['layers_1']['k'].dtype == jnp.bfloat16
   assert model.vocab_size == 40
 
@@ -194,6 +197,36 @@ def test_decode_step_copies_no_weight_matrix():
   copies = re.findall(r'= \w+\[([\d,]*)\]\{[^}]*\} copy\(', text)
   sizes = [math.prod(int(d) for d in dims.split(',') if d) for dims in copies]
   assert max(sizes, default=0) < cfg.num_heads * cfg.head_dim * cfg.emb_dim, copies
+
+
+def test_decode_loop_relayouts_no_cache_and_no_cross_kv():
+  """Caches and cross K/V are stored heads-major, as the attention products read them.
+
+  Stored [B, T, N, H], XLA:CPU relayouted every cache and every cross-attention K/V in
+  every target and draft call of the loop (16 copies to [N, H, T] per demo-target call).
+  Copies that keep a leaf's shape (XLA's buffer copies around in-place cache writes) are
+  not relayouts.
+  """
+  target, draft = T5(T5_CONFIGS['demo_target']), T5(T5_CONFIGS['demo_draft'])
+  params = [jax.eval_shape(m.init, jax.random.key(0)) for m in (target, draft)]
+  cfg = LoopConfig(gamma=3, max_decode_len=32, sampling=SamplingConfig())
+  inputs = jax.ShapeDtypeStruct((1, 16), jnp.int32)
+  text = decoding._speculative_jit.lower(  # pylint: disable=protected-access
+      target, params[0], draft, params[1], inputs, jax.random.PRNGKey(0),
+      cfg).compile().as_text()
+  loop_text = '\n'.join(c for c in text.split('\n\n') if not c.lstrip().startswith(
+      ('ENTRY', '%fused', 'fused', '%wrapped', 'wrapped')))
+  squeeze = lambda dims: tuple(d for d in dims if d != 1)
+  leaves = [(m.init_cache(1, 37), jax.eval_shape(m.encode, p, inputs)['cross'])
+            for m, p in zip((target, draft), params)]
+  leaf_shapes = {squeeze(x.shape) for x in jax.tree.leaves(leaves)}
+  smallest = min(math.prod(s) for s in leaf_shapes)
+  relayouts = []
+  for name, dims in re.findall(r'%(copy[\w.-]*) = \w+\[([\d,]*)\]', loop_text):
+    shape = squeeze(int(d) for d in dims.split(',') if d)
+    if math.prod(shape) >= smallest and shape not in leaf_shapes:
+      relayouts.append((name, shape))
+  assert not relayouts, (relayouts, leaf_shapes)
 
 
 def test_demo_draft_step_costs_under_a_tenth_of_the_target():

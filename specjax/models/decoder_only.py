@@ -1,7 +1,8 @@
 """A tiny decoder-only transformer with a fixed-shape KV cache (the seed of GPT-style support).
 
 Pre-norm blocks, learned absolute positions, multi-head causal attention over a cache of
-per-layer k, v [B, T, N, H]. Any K tokens are scored in one call at per-row positions.
+per-layer k, v [B, N, H, T] (heads-major). Any K tokens are scored in one call at per-row
+positions.
 """
 from __future__ import annotations
 
@@ -77,12 +78,12 @@ class DecoderOnlyTransformer:
     return decoder_only_prompt(inputs)
 
   def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> list:
-    """Per layer {'k', 'v'}: zeros [B, T, N, H]."""
+    """Per layer {'k', 'v'}: zeros [B, N, H, T] (heads-major, as T5's)."""
     c = self.config
     if max_len > c.max_len:
       raise ValueError(f'cache length {max_len} exceeds the model\'s max_len {c.max_len}; '
                        'shorten the prompt or max_decode_len')
-    shape = (batch, max_len, c.num_heads, c.head_dim)
+    shape = (batch, c.num_heads, c.head_dim, max_len)
     dtype = dtype or c.dtype
     return [{'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
             for _ in range(c.num_layers)]
@@ -93,7 +94,7 @@ class DecoderOnlyTransformer:
     c = self.config
     dtype = jnp.dtype(c.dtype)
     num_tokens = tokens.shape[1]
-    max_len = cache[0]['k'].shape[1]
+    max_len = cache[0]['k'].shape[3]
     query_pos = positions[:, None] + jnp.arange(num_tokens)  # [B, K]
     x = jnp.take(params['embedding'], tokens, axis=0)  # [B, K, D]
     x = (x + jnp.take(params['position'], query_pos, axis=0)).astype(dtype)
@@ -102,15 +103,15 @@ class DecoderOnlyTransformer:
     for layer, layer_cache in zip(params['layers'], cache):
       h = _rms_norm(x, layer['norm_attn'])
       q = jnp.einsum('BKD,DNH->BKNH', h, layer['query'].astype(dtype))
-      k = jnp.einsum('BKD,DNH->BKNH', h, layer['key'].astype(dtype))
-      v = jnp.einsum('BKD,DNH->BKNH', h, layer['value'].astype(dtype))
-      keys = base.write_cache(layer_cache['k'], k, positions)  # [B, T, N, H]
-      values = base.write_cache(layer_cache['v'], v, positions)
+      k = jnp.einsum('BKD,DNH->BKNH', h, layer['key'].astype(dtype)).transpose(0, 2, 3, 1)
+      v = jnp.einsum('BKD,DNH->BKNH', h, layer['value'].astype(dtype)).transpose(0, 2, 3, 1)
+      keys = base.write_cache(layer_cache['k'], k, positions, axis=3)  # [B, N, H, T]
+      values = base.write_cache(layer_cache['v'], v, positions, axis=3)
       new_cache.append({'k': keys, 'v': values})
-      scores = jnp.einsum('BKNH,BTNH->BNKT', q, keys).astype(jnp.float32)
+      scores = jnp.einsum('BKNH,BNHT->BNKT', q, keys).astype(jnp.float32)
       scores = jnp.where(mask, scores, -1e9)
       weights = jax.nn.softmax(scores, axis=-1).astype(dtype)
-      attn = jnp.einsum('BNKT,BTNH->BKNH', weights, values)
+      attn = jnp.einsum('BNKT,BNHT->BKNH', weights, values)
       x = x + jnp.einsum('BKNH,NHD->BKD', attn, layer['out'].astype(dtype))
       h = _rms_norm(x, layer['norm_mlp'])
       h = jax.nn.relu(h @ layer['wi'].astype(dtype))

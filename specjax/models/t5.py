@@ -7,9 +7,9 @@ dim, V vocab.
 
 Encoded pytree (`encode`):
   {'mask': [B, S] bool (input token != 0),
-   'cross': {'layers_{i}': {'k': [B, S, N, H], 'v': [B, S, N, H]}}}  # per decoder layer
+   'cross': {'layers_{i}': {'k': [B, N, H, S], 'v': [B, N, H, S]}}}  # per decoder layer
 Cache pytree (`init_cache`):
-  {'layers_{i}': {'k': [B, T, N, H], 'v': [B, T, N, H]}}  # decoder self-attention
+  {'layers_{i}': {'k': [B, N, H, T], 'v': [B, N, H, T]}}  # decoder self-attention
 """
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ class T5:
       dropout: training only (see `logits`).
 
     Returns:
-      {'mask': [B, S] bool, 'cross': {'layers_{i}': {'k', 'v': [B, S, N, H]}}}.
+      {'mask': [B, S] bool, 'cross': {'layers_{i}': {'k', 'v': [B, N, H, S]}}}.
     """
     cfg, enc = self.config, params['encoder']
     mask = inputs != 0  # [B, S]
@@ -164,8 +164,9 @@ class T5:
       p = enc[f'layers_{i}']
       h = layers.rms_norm(x, p['pre_attention_layer_norm']['scale'])
       att = p['attention']
-      q, k, v = (layers.project_heads(h, att[n]['kernel'], cfg.num_heads)
-                 for n in ('query', 'key', 'value'))  # [B, S, N, H]
+      q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, S, N, H]
+      k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
+              for n in ('key', 'value'))  # [B, N, H, S]
       y = layers.dot_product_attention(q, k, v, key_mask, bias, dropout)
       x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
       h = layers.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
@@ -175,8 +176,8 @@ class T5:
     for i in range(cfg.num_decoder_layers):
       att = params['decoder'][f'layers_{i}']['encoder_decoder_attention']
       cross[f'layers_{i}'] = {
-          'k': layers.project_heads(x, att['key']['kernel'], cfg.num_heads),
-          'v': layers.project_heads(x, att['value']['kernel'], cfg.num_heads)}
+          'k': layers.project_kv(x, att['key']['kernel'], cfg.num_heads),
+          'v': layers.project_kv(x, att['value']['kernel'], cfg.num_heads)}
     return {'mask': mask, 'cross': cross}
 
   def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
@@ -184,7 +185,7 @@ class T5:
     return base.encoder_decoder_prompt(inputs, start_id=0)
 
   def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> PyTree:
-    """Zero self-attention cache {'layers_{i}': {'k', 'v': [B, T, N, H]}}.
+    """Zero self-attention cache {'layers_{i}': {'k', 'v': [B, N, H, T]}}, heads-major.
 
     Args:
       batch: B.
@@ -192,7 +193,7 @@ class T5:
       dtype: cache dtype; defaults to the activation dtype `config.dtype`.
     """
     cfg = self.config
-    shape = (batch, max_len, cfg.num_heads, cfg.head_dim)
+    shape = (batch, cfg.num_heads, cfg.head_dim, max_len)
     dtype = jnp.dtype(dtype or cfg.dtype)
     return {f'layers_{i}': {'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
             for i in range(cfg.num_decoder_layers)}
@@ -207,7 +208,7 @@ class T5:
     Args:
       params: model params.
       encoded: what `encode` returned.
-      cache: from `init_cache` or a previous `decode`, [B, T, N, H] per layer.
+      cache: from `init_cache` or a previous `decode`, [B, N, H, T] per layer.
       tokens: [B, K] int32, the tokens at positions positions[b] .. positions[b]+K-1.
       positions: [B] int32 first position per row; positions[b] + K <= T is the caller's
         job (a write past the end would be clamped by dynamic_update_slice).
@@ -218,7 +219,7 @@ class T5:
       Queries see keys at positions <= their own, so entries beyond are ignored.
     """
     cfg, dec = self.config, params['decoder']
-    num_tokens, max_len = tokens.shape[1], cache['layers_0']['k'].shape[1]
+    num_tokens, max_len = tokens.shape[1], cache['layers_0']['k'].shape[3]
     positions = positions.astype(jnp.int32)
     self_mask = base.causal_mask(positions, num_tokens, max_len)  # [B, K, T]
     bias = layers.decoder_position_bias(
@@ -231,10 +232,11 @@ class T5:
       name, p = f'layers_{i}', dec[f'layers_{i}']
       h = layers.rms_norm(x, p['pre_self_attention_layer_norm']['scale'])
       att = p['self_attention']
-      q, k, v = (layers.project_heads(h, att[n]['kernel'], cfg.num_heads)
-                 for n in ('query', 'key', 'value'))  # [B, K, N, H]
-      k_all = base.write_cache(cache[name]['k'], k, positions)  # [B, T, N, H]
-      v_all = base.write_cache(cache[name]['v'], v, positions)
+      q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, K, N, H]
+      k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
+              for n in ('key', 'value'))  # [B, N, H, K]
+      k_all = base.write_cache(cache[name]['k'], k, positions, axis=3)  # [B, N, H, T]
+      v_all = base.write_cache(cache[name]['v'], v, positions, axis=3)
       new_cache[name] = {'k': k_all, 'v': v_all}
       y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
                                        self_mask, bias, dropout)

@@ -97,6 +97,17 @@ def project_heads(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
   return jnp.einsum('bkd,dnh->bknh', x, kernel)
 
 
+def project_kv(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
+  """x [B, T, D] times a [D, N*H] key or value kernel -> [B, N, H, T] (heads-major).
+
+  Keys and values are stored heads-major, with T minor, as the attention products read
+  them: XLA:CPU then relayouts no cache and no cross-attention K/V per decode step.
+  """
+  # Projected as [B, T, N, H] and then transposed: producing [B, N, H, T] in the product
+  # itself made XLA:CPU relayout the kernel on every call.
+  return jnp.transpose(project_heads(x, kernel, num_heads), (0, 2, 3, 1))
+
+
 def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
   """x [B, K, N, H] times the [N*H, D] out kernel -> [B, K, D]."""
   b, k, n, h = x.shape
@@ -112,8 +123,8 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
 
   Args:
     q: [B, K, N, H] queries.
-    k: [B, T, N, H] keys (T is S for cross attention).
-    v: [B, T, N, H] values.
+    k: [B, N, H, T] keys, heads-major (T is S for cross attention; see `project_kv`).
+    v: [B, N, H, T] values, heads-major.
     mask: [B, K, T] or [B, 1, T] bool, True where the query may see the key.
     bias: optional [B or 1, N, K, T] float32 relative position bias.
     dropout: applied to the attention weights (training only).
@@ -122,12 +133,12 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     [B, K, N, H] in v's dtype.
   """
   # Scores and softmax in float32 so that bfloat16 activations keep exact-ish ranking.
-  scores = jnp.einsum('bknh,btnh->bnkt', q, k, preferred_element_type=jnp.float32)
+  scores = jnp.einsum('bknh,bnht->bnkt', q, k, preferred_element_type=jnp.float32)
   if bias is not None:
     scores = scores + bias
   scores = jnp.where(mask[:, None, :, :], scores, _MASKED)  # [B, N, K, T]
   probs = dropout(jax.nn.softmax(scores, axis=-1).astype(v.dtype))
-  return jnp.einsum('bnkt,btnh->bknh', probs, v)
+  return jnp.einsum('bnkt,bnht->bknh', probs, v)
 
 
 def mlp(x: jax.Array, params: PyTree, activations: Sequence[str],

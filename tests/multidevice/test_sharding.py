@@ -112,10 +112,10 @@ def test_caches_and_cross_kv_are_sharded_batch_over_data_heads_over_model(pair):
   tp, dp = jax.device_put(tp, dec.target_shardings), jax.device_put(dp, dec.draft_shardings)
   x = jax.device_put(inputs, dec.inputs_sharding)
   state, target_enc, draft_enc = dec.prefill(tp, dp, x, jax.device_put(RNG, dec.rng_sharding))
-  k = state.target_cache['layers_0']['k']  # [B, T, N=4, H]
-  assert k.sharding.spec == P('data', None, 'model', None)
-  assert {s.data.shape[::2] for s in k.addressable_shards} == {(4, 1)}
-  assert target_enc['cross']['layers_1']['v'].sharding.spec == P('data', None, 'model', None)
+  k = state.target_cache['layers_0']['k']  # [B, N=4, H, T]
+  assert k.sharding.spec == P('data', 'model', None, None)
+  assert {s.data.shape[:2] for s in k.addressable_shards} == {(4, 1)}
+  assert target_enc['cross']['layers_1']['v'].sharding.spec == P('data', 'model', None, None)
   assert target_enc['mask'].sharding.spec == P('data', None)
   # The draft has 2 heads: its caches shard the batch only.
   assert state.draft_cache['layers_0']['k'].sharding.spec == P('data', None, None, None)
@@ -124,7 +124,7 @@ def test_caches_and_cross_kv_are_sharded_batch_over_data_heads_over_model(pair):
   assert state.rng.sharding.is_fully_replicated
   out, final = dec.loop(tp, dp, target_enc, draft_enc, state)
   assert state.target_cache['layers_0']['k'].is_deleted()  # the state was donated
-  assert final.target_cache['layers_0']['k'].sharding.spec == P('data', None, 'model', None)
+  assert final.target_cache['layers_0']['k'].sharding.spec == P('data', 'model', None, None)
   assert out.tokens.shape == (8, MAX_LEN)
 
 
