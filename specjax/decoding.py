@@ -68,7 +68,7 @@ def _pick(logits: jax.Array, key, cfg: LoopConfig):
   """Chooses one token per row from logits [B, V]: x [B] int32, and q [B, V], the warped
   distribution it was drawn from (None when greedy: an argmax needs neither it nor a key)."""
   if cfg.sampling.greedy:
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32), None
+    return sampling.argmax(logits), None
   q = sampling.warp(logits, cfg.sampling)
   return sampling.sample(key, q, False), q
 
@@ -118,7 +118,7 @@ def _speculative_body(target, target_params, target_enc, draft, draft_params, dr
   logits, target_cache = target.decode(target_params, target_enc, state.target_cache,
                                        verify_tokens, state.pos)  # [B, G+1, V]
   if cfg.sampling.greedy:
-    result = acceptance.accept_greedy(jnp.argmax(logits, axis=-1).astype(jnp.int32), x)
+    result = acceptance.accept_greedy(sampling.argmax(logits), x)
   else:
     p = sampling.warp(logits, cfg.sampling)  # [B, G+1, V]
     result = acceptance.accept(p, q, x, accept_rng, cfg.sampling.greedy)

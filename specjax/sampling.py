@@ -40,6 +40,21 @@ class SamplingConfig:
       raise ValueError(f'top_p must be in (0, 1] (1 keeps all), got {self.top_p}')
 
 
+def argmax(x: jax.Array) -> jax.Array:
+  """jnp.argmax over the last axis, as plain min/max reductions: [..., V] -> [...] int32.
+
+  The first index of the maximum (the first NaN if there is one), exactly as jnp.argmax.
+  XLA:CPU runs jnp.argmax's (value, index) reduction element by element: 18 us for one
+  [1, 4096] row against 4 us for these plain reductions, a quarter of a demo draft step.
+  """
+  vocab = x.shape[-1]
+  index = jnp.arange(vocab, dtype=jnp.int32)
+  first = lambda hit: jnp.min(jnp.where(hit, index, vocab), axis=-1)
+  first_nan = first(jnp.isnan(x))  # XLA:CPU's max may skip NaNs; jnp.argmax does not
+  first_max = first(x == jnp.max(x, axis=-1, keepdims=True))
+  return jnp.where(first_nan < vocab, first_nan, first_max)
+
+
 def warp(logits: jax.Array, config: SamplingConfig) -> jax.Array:
   """Turns logits into the distribution a token is drawn from.
 
@@ -54,7 +69,7 @@ def warp(logits: jax.Array, config: SamplingConfig) -> jax.Array:
   logits = logits.astype(jnp.float32)
   vocab = logits.shape[-1]
   if config.greedy:
-    return jax.nn.one_hot(jnp.argmax(logits, axis=-1), vocab, dtype=jnp.float32)
+    return jax.nn.one_hot(argmax(logits), vocab, dtype=jnp.float32)
   logits = logits / config.temperature
   if 0 < config.top_k < vocab:
     kth = jax.lax.top_k(logits, config.top_k)[0][..., -1:]  # [..., 1]
@@ -74,5 +89,5 @@ def warp(logits: jax.Array, config: SamplingConfig) -> jax.Array:
 def sample(rng: jax.Array, probs: jax.Array, greedy: bool) -> jax.Array:
   """Draws one token per row from probs [..., V]; argmax when greedy. Returns [...] int32."""
   if greedy:
-    return jnp.argmax(probs, axis=-1).astype(jnp.int32)
+    return argmax(probs)
   return jax.random.categorical(rng, jnp.log(probs), axis=-1).astype(jnp.int32)

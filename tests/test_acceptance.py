@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from specjax import acceptance
+from specjax import acceptance, sampling
 
 P = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]], np.float32)  # [G+1, V]
 Q = np.array([[0.2, 0.3, 0.5], [0.4, 0.4, 0.2]], np.float32)  # [G, V]
@@ -78,3 +78,18 @@ def test_accept_greedy_equals_accept_on_one_hots():
                                   np.asarray(getattr(full, name)), err_msg=name)
   assert 0 < np.asarray(fast.n).mean() < gamma  # both partial and full acceptances occur
   assert (np.asarray(fast.n) == gamma).any() and (np.asarray(fast.n) == 0).any()
+
+
+def test_argmax_equals_jnp_argmax_on_ties_nan_and_inf():
+  """The two-reduction argmax picks what jnp.argmax picks: the first maximum, the first NaN."""
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 4, size=(64, 3, 50)).astype(np.float32)  # many ties for the maximum
+  x[0, 0] = -np.inf
+  x[1, 0, 7] = x[1, 0, 30] = np.inf
+  x[2, 1, 9] = x[2, 1, 4] = np.nan
+  x[3, 2, :] = np.nan
+  x[4, :, :] = rng.normal(size=(3, 50))
+  got = np.asarray(sampling.argmax(jnp.asarray(x)))
+  assert got.dtype == np.int32 and got.shape == (64, 3)
+  np.testing.assert_array_equal(got, np.asarray(jnp.argmax(jnp.asarray(x), axis=-1)))
+  assert got[2, 1] == 4 and got[1, 0] == 7 and got[0, 0] == 0
