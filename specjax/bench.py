@@ -5,11 +5,12 @@ gamma and temperature: alpha, tokens per target call, tokens/s, the speedup over
 jitted autoregressive decode (end to end, and of the decode loops alone: the encoders and
 the prefill, timed on their own, are subtracted from both), the speedup the paper's formula
 predicts from the measured alpha, c and v, and efficiency = loop speedup / predicted.
-At the best greedy gamma it also times the model calls of one iteration run alternating
-in one loop, which splits the gap between the loop and the formula into what the calls
-cost together and what the loop's own work costs (docs/benchmarks.md, "Where the time goes").
-`--peers hf` adds transformers' greedy and assisted generation on the same weights and
-inputs.
+Every figure a row divides by another is timed in interleaved rounds (bench_rows), and
+each row splits its efficiency into four measured factors: tokens per iteration against
+E, the calls timed alone against the same calls run alternating as the loop runs them,
+the loop's own work, and the target-alone loop's own work (docs/benchmarks.md, "Where the
+time goes"). `--peers hf` adds transformers' greedy and assisted generation on the same
+weights and inputs.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import sys
 import jax
 import numpy as np
 
-from specjax import benchmark, report
+from specjax import bench_rows, benchmark, report
 from specjax.run import ASSETS, DecodeJob, DEMO_PREFIX, load_pair, tokenize
 from specjax.sampling import SamplingConfig
 
@@ -54,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--markdown', help='write a report (e.g. docs/benchmarks.md)')
   p.add_argument('--quick', action='store_true', help='tiny random models, 2 gammas: a '
                  'smoke run of the whole bench')
+  p.add_argument('--rounds', type=int, default=3, help='interleaved timing rounds per row: '
+                 'each figure of a row (both decodes, t_1, v, c, the calls of one iteration) '
+                 'is timed once per round and keeps its fastest')
   p.add_argument('--seed', type=int, default=0)
   return p.parse_args(argv)
 
@@ -116,17 +120,18 @@ def run_bench(args) -> dict:
     raise ValueError(f'fewer examples than --batch-size {size}; lower it or add inputs')
   batches = [inputs[i:i + size] for i in range(0, len(inputs), size)]
   repeats = 4 if args.quick else 32
+  cache_len = max_len + max(gammas) + 2
   costs = benchmark.step_costs(target, tp, draft, dp, batches[0], max(gammas) + 1,
-                               repeats=repeats, cache_len=max_len + max(gammas) + 2)
+                               repeats=repeats, cache_len=cache_len)
   rows, baselines = [], {}
   for temperature in temperatures:
     sampling = SamplingConfig(temperature=temperature)
-    base = benchmark.baseline_run(target, tp, batches, sampling, max_len, args.seed)
+    base = bench_rows.baseline_run(target, tp, batches, sampling, max_len, args.seed)
     baselines[temperature] = {k: base[k] for k in ('seconds', 'num_tokens', 'tokens_per_second',
                                                    'compile_seconds', 'prefill_seconds')}
     for gamma in gammas:
-      row = benchmark.speculative_row(target, tp, draft, dp, batches, gamma, sampling, max_len,
-                                      base, costs, args.seed)
+      row = bench_rows.speculative_row(target, tp, draft, dp, batches, gamma, sampling, max_len,
+                                       args.seed, args.rounds, repeats, cache_len)
       rows.append(row)
       print(report.format_row(row), file=sys.stderr)
     if temperature == 0.0:
@@ -135,7 +140,7 @@ def run_bench(args) -> dict:
       'target': 't5_tiny' if args.quick else args.target,
       'draft': 't5_tiny_draft' if args.quick else args.draft,
       'num_examples': len(inputs), 'select': 'first' if args.quick else args.select,
-      'batch_size': size, 'max_decode_len': max_len,
+      'batch_size': size, 'max_decode_len': max_len, 'rounds': args.rounds,
       'c': costs['c'], 'v': {str(k): x for k, x in costs['v'].items()},
       'target_step_seconds': costs['target_step_seconds'],
       'draft_step_seconds': costs['draft_step_seconds'],
@@ -145,11 +150,6 @@ def run_bench(args) -> dict:
   }
   greedy = [r for r in rows if r['temperature'] == 0.0] or rows
   best = max(greedy, key=lambda r: r['speedup'])
-  calls = benchmark.model_calls_seconds(target, tp, draft, dp, batches[0], best['gamma'],
-                                       repeats=repeats, cache_len=max_len + max(gammas) + 2,
-                                       trials=15)
-  result['model_calls'] = {'gamma': best['gamma'], 'seconds': calls,
-                           'target_steps': calls / costs['target_step_seconds']}
   if args.peers == 'hf':
     result['peers'] = report.peer_summary(target, tp, draft, dp, inputs, max_len,
                                           best['gamma'], greedy_tokens, args.seed)

@@ -168,107 +168,50 @@ def prefill_seconds(target, tp, draft, dp, batches: Sequence[np.ndarray], gamma:
   return min(passes)
 
 
+class BatchTimes:
+  """Times fn over every batch once per call; keeps each batch's fastest time and output.
+
+  Calling it again adds a pass: the fastest pass per batch counts (the outputs are
+  deterministic), so that a slow spell of a shared machine spoils one pass of a batch,
+  not a whole figure. Each call returns the sum of the per-batch bests so far.
+  """
+
+  def __init__(self, fn: Callable, batches: Sequence[np.ndarray]):
+    self.fn, self.batches = fn, list(batches)
+    self.best = [float('inf')] * len(self.batches)
+    self.outputs = [None] * len(self.batches)
+
+  def __call__(self) -> float:
+    for i, batch in enumerate(self.batches):
+      start = time.perf_counter()
+      out = jax.block_until_ready(self.fn(batch))
+      self.best[i] = min(self.best[i], time.perf_counter() - start)
+      if self.outputs[i] is None:
+        self.outputs[i] = jax.tree.map(np.asarray, out)
+    return sum(self.best)
+
+  def summary(self) -> Dict[str, object]:
+    """Seconds (the per-batch bests), tokens [N, L], lengths [N], stats, num_tokens."""
+    outs = self.outputs
+    stats = jax.tree.map(lambda *a: np.concatenate(a), *[o.stats for o in outs])
+    lengths = np.concatenate([o.lengths for o in outs])
+    return {'seconds': sum(self.best), 'tokens': np.concatenate([o.tokens for o in outs]),
+            'lengths': lengths, 'stats': stats, 'num_tokens': int(lengths.sum())}
+
+
 def timed_decode(fn: Callable, batches: Sequence[np.ndarray], passes: int = 3
                  ) -> Dict[str, object]:
   """Runs fn(batch) over batches (compiled first, untimed) and sums time, tokens and stats.
 
-  Each batch's time is the fastest of `passes` runs (the outputs are deterministic): a
-  slow spell of a shared machine then spoils one run of a batch, not a whole row.
+  Each batch's time is the fastest of `passes` runs (see `BatchTimes`).
   """
   start = time.perf_counter()
   jax.block_until_ready(fn(batches[0]))
   compile_seconds = time.perf_counter() - start
-  seconds, outs = 0.0, []
-  for batch in batches:
-    best = float('inf')
-    for _ in range(passes):
-      start = time.perf_counter()
-      out = jax.block_until_ready(fn(batch))
-      best = min(best, time.perf_counter() - start)
-    seconds += best
-    outs.append(jax.tree.map(np.asarray, out))
-  stats = jax.tree.map(lambda *a: np.concatenate(a), *[o.stats for o in outs])
-  tokens = np.concatenate([o.tokens for o in outs])
-  lengths = np.concatenate([o.lengths for o in outs])
-  return {'seconds': seconds, 'compile_seconds': compile_seconds, 'tokens': tokens,
-          'lengths': lengths, 'stats': stats, 'num_tokens': int(lengths.sum())}
-
-
-def score(baseline_seconds: float, seconds: float, alpha: float, gamma: int,
-          costs: dict, baseline_prefill: float = 0.0, prefill: float = 0.0
-          ) -> Dict[str, float]:
-  """Measured speedups, the formula's prediction and their ratio.
-
-  Args:
-    baseline_seconds: the autoregressive decodes, end to end.
-    seconds: the speculative decodes, end to end.
-    alpha, gamma: the measured acceptance rate and the gamma used.
-    costs: `step_costs` (c and v).
-    baseline_prefill, prefill: the part of each spent before the loop (`prefill_seconds`).
-
-  Returns:
-    speedup (end to end), loop_speedup (the decode loops alone, which is what the
-    formula models), predicted_speedup, efficiency = loop_speedup / predicted and
-    end_to_end_efficiency = speedup / predicted. The loop figures are None when a
-    prefill takes all of its decode's time (timing noise on tiny models).
-  """
-  measured = baseline_seconds / seconds
-  predicted = theory.speedup(min(alpha, 1.0), gamma, costs['c'], costs['v'][gamma + 1])
-  base_loop_seconds, loop_seconds = baseline_seconds - baseline_prefill, seconds - prefill
-  # Loops lost in timing noise (tiny models): no loop figure rather than a wild one.
-  loop = (base_loop_seconds / loop_seconds if min(base_loop_seconds, loop_seconds) > 0.0
-          else None)
-  return {'speedup': measured, 'loop_speedup': loop, 'predicted_speedup': predicted,
-          'efficiency': None if loop is None else loop / predicted,
-          'end_to_end_efficiency': measured / predicted}
-
-
-def _iterations(target_calls: np.ndarray, batch_size: int) -> int:
-  """Loop iterations of all batches: each runs until its busiest row is done."""
-  return int(sum(target_calls[i:i + batch_size].max()
-                 for i in range(0, len(target_calls), batch_size)))
-
-
-def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: SamplingConfig,
-                    max_decode_len: int, baseline: dict, costs: dict, seed: int = 0) -> dict:
-  """One benchmark row: measured vs predicted speedup for one gamma and sampling setting."""
-  rng = jax.random.PRNGKey(seed)
-  traces = decoding.TRACE_COUNTS['speculative']
-  run = timed_decode(lambda x: decoding.speculative_decode(
-      target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_decode_len,
-      sampling=sampling, rng=rng), batches)
-  prefill = prefill_seconds(target, tp, draft, dp, batches, gamma, max_decode_len)
-  s = run['stats']
-  calls = int(s.target_calls.sum())
-  alpha = float(s.beta_sum.sum() / max(s.beta_count.sum(), 1))
-  row = {
-      'gamma': gamma, 'temperature': sampling.temperature, 'alpha': alpha,
-      'alpha_accepted': float(s.accepted.sum() / max(s.drafted.sum(), 1)),
-      'tokens_per_call': float((s.accepted.sum() + calls) / max(calls, 1)),
-      'predicted_tokens_per_call': theory.expected_tokens_per_call(min(alpha, 1.0), gamma),
-      'target_calls': calls, 'tokens': run['num_tokens'],
-      'tokens_per_second': run['num_tokens'] / run['seconds'],
-      'seconds': run['seconds'], 'prefill_seconds': prefill,
-      'iterations': _iterations(s.target_calls, len(batches[0])),
-      **score(baseline['seconds'], run['seconds'], alpha, gamma, costs,
-              baseline['prefill_seconds'], prefill),
-      'compile_seconds': run['compile_seconds'],
-      'traces': decoding.TRACE_COUNTS['speculative'] - traces,
-  }
-  if sampling.greedy:
-    row['identical_to_target'] = bool(np.array_equal(run['tokens'], baseline['tokens']))
-  return row
-
-
-def baseline_run(target, tp, batches, sampling: SamplingConfig, max_decode_len: int,
-                 seed: int = 0) -> dict:
-  """The jitted autoregressive decode over the same batches (the speedup's denominator)."""
-  rng = jax.random.PRNGKey(seed)
-  run = timed_decode(lambda x: decoding.autoregressive_decode(
-      target, tp, x, max_decode_len=max_decode_len, sampling=sampling, rng=rng), batches)
-  run['tokens_per_second'] = run['num_tokens'] / run['seconds']
-  run['prefill_seconds'] = prefill_seconds(target, tp, None, None, batches, 0, max_decode_len)
-  return run
+  timer = BatchTimes(fn, batches)
+  for _ in range(passes):
+    timer()
+  return {**timer.summary(), 'compile_seconds': compile_seconds}
 
 
 def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,

@@ -8,8 +8,12 @@ import platform
 import jax
 import numpy as np
 
+from specjax import theory
+
 _COLUMNS = ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'tokens_per_second',
             'speedup', 'loop_speedup', 'predicted_speedup', 'efficiency')
+# The efficiency's factors (bench_rows.efficiency_factors), shown after the columns.
+_FACTORS = ('tokens', 'calls', 'loop', 'baseline')
 
 
 def machine_info() -> dict:
@@ -33,15 +37,20 @@ def format_row(row: dict) -> str:
   return (f'gamma {row["gamma"]:2d}  T {row["temperature"]:.1f}  alpha {row["alpha"]:.3f}  '
           f'tok/call {row["tokens_per_call"]:.2f}  {row["tokens_per_second"]:8.1f} tok/s  '
           f'speedup {row["speedup"]:.2f}x  loop {_x(row["loop_speedup"])}x  '
-          f'predicted {row["predicted_speedup"]:.2f}x  efficiency {_x(row["efficiency"])}')
+          f'predicted {row["predicted_speedup"]:.2f}x  efficiency {_x(row["efficiency"])}'
+          + ('  = ' + ' x '.join(f'{k} {x:.2f}' for k, x in row['factors'].items())
+             if row.get('factors') else ''))
 
 
 def format_table(result: dict) -> str:
   """The rows as a markdown table (what the terminal and the report show)."""
-  lines = ['| ' + ' | '.join(_COLUMNS) + ' | identical |', '|' + '---|' * (len(_COLUMNS) + 1)]
+  header = list(_COLUMNS) + [f'x {f}' for f in _FACTORS] + ['identical']
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for row in result['rows']:
     cells = [_x(row[c], 3) if isinstance(row[c], float) or row[c] is None else str(row[c])
              for c in _COLUMNS]
+    factors = row.get('factors') or {}
+    cells += [_x(factors.get(f)) for f in _FACTORS]
     same = row.get('identical_to_target')
     lines.append('| ' + ' | '.join(cells) + f' | {"" if same is None else same} |')
   lines.append('')
@@ -123,58 +132,53 @@ def plot(result: dict, path: str) -> None:
 
 
 def reading(result: dict) -> str:
-  """A short, generated account of where the time goes at the best greedy gamma."""
-  from specjax import theory  # pylint: disable=import-outside-toplevel
+  """A short, generated account of where the time goes at the best greedy gamma.
+
+  Uses the best row's own interleaved timings (bench_rows.speculative_row) and the four
+  factors whose product is its efficiency.
+  """
   greedy = [r for r in result['rows'] if r['temperature'] == 0.0] or result['rows']
   best = max(greedy, key=lambda r: r['speedup'])
-  g, t1, c, v = best['gamma'], result['target_step_seconds'], result['c'], result['v'][
-      str(best['gamma'] + 1)]
-  baselines = result['baselines']
-  base = baselines.get(best['temperature'], baselines.get(str(best['temperature'])))
-  per_token = (base['seconds'] - base['prefill_seconds']) / base['num_tokens']
-  per_iteration = (best['seconds'] - best['prefill_seconds']) / max(best['iterations'], 1)
-  draft, verify = g * c * t1, v * t1
-  rest = per_iteration - draft - verify
-  tokens = best['tokens'] / max(best['iterations'], 1)
+  f = best.get('factors')
+  if not f:
+    return (f'At the best greedy gamma ({best["gamma"]}) the decode loops were too short to '
+            'time apart from their prefill; no split of the efficiency.')
+  g, t_1, c, v = best['gamma'], best['t_1'], best['c'], best['v']
+  iterations = max(best['iterations'], 1)
+  per_iteration = (best['seconds'] - best['prefill_seconds']) / iterations
+  per_token = ((best['baseline_seconds'] - best['baseline_prefill_seconds'])
+               / best['baseline_tokens'])
+  draft, verify, together = g * c * t_1, v * t_1, best['model_calls_seconds']
+  tokens = best['tokens'] / iterations
   expected = theory.expected_tokens_per_call(min(best['alpha'], 1.0), g)
-  cost = per_iteration / per_token
-  calls = result.get('model_calls') or {}
-  if calls.get('gamma') == g:
-    together = calls['seconds']
-    split = (
-        f'Run alternating in one jitted loop with nothing else, the same model calls take '
-        f'{together * 1e3:.2f} ms ({calls["target_steps"]:.2f} target steps, '
-        f'x{(draft + verify) / together:.2f} against timed alone: the draft\'s first call '
-        'carries two tokens, and each model\'s weights push the other\'s out of the CPU '
-        'caches), and the loop\'s own work (acceptance, commit) '
-        + (f'the remaining {(per_iteration - together) * 1e3:.2f} ms '
-           f'(x{together / per_iteration:.2f}). ' if together <= per_iteration else
-           f'is below the timing noise: the calls alone measured '
-           f'{(together - per_iteration) * 1e3:.2f} ms more than a whole iteration. ')
-        + f'The target-alone loop spends '
-        f'{per_token / t1:.2f} t_1 per token (its own loop work), which the comparison '
-        'credits to specjax. ')
-  else:
-    split = (f'The rest ({rest * 1e3:.2f} ms, {rest / per_iteration:.0%}) is the loop itself '
-             '(the draft\'s two-token catch-up step, acceptance, commit) and what the calls '
-             'cost more inside it than alone. ')
+  rest = per_iteration - together
+  work = (f'the loop\'s own work (acceptance, commit, and the start of each short decode) '
+          f'the remaining {rest * 1e3:.2f} ms (x{f["loop"]:.2f})' if rest >= 0 else
+          f'the loop\'s own work is below the timing noise (the calls measured '
+          f'{-rest * 1e3:.2f} ms more than a whole iteration, x{f["loop"]:.2f})')
   return (
-      f'At the best greedy gamma ({g}), one loop iteration measures '
-      f'{per_iteration * 1e3:.2f} ms: the model calls timed alone account for '
-      f'{(draft + verify) * 1e3:.2f} ms ({g} draft steps {draft * 1e3:.2f} ms, one '
-      f'{g + 1}-token verify {verify * 1e3:.2f} ms = v({g + 1}) {v:.2f} target steps). '
-      + split + 'The loops run '
-      f'{_x(best["loop_speedup"])}x faster than the target alone; the formula predicts '
-      f'{best["predicted_speedup"]:.2f}x (efficiency {_x(best["efficiency"])}), which splits '
-      f'into two measured factors: (1) an iteration yields {tokens:.2f} tokens against the '
-      f'formula\'s E = {expected:.2f} at alpha {best["alpha"]:.3f} (x{tokens / expected:.2f}: '
-      'outputs end inside a block, and the drafts past EOS are lost); (2) it costs '
-      f'{cost:.2f} steps of the target-alone loop ({per_token * 1e3:.2f} ms per token) against '
-      f'the formula\'s gamma c + v = {g * c + v:.2f} (x{(g * c + v) / cost:.2f}). Before the '
-      f'loop, the encoders and the prefill take {best["prefill_seconds"] / best["seconds"]:.0%}'
-      f' of the speculative decode time (target and draft encoders) and '
-      f'{base["prefill_seconds"] / base["seconds"]:.0%} of the target-alone time; with them '
-      f'the end-to-end speedup is {best["speedup"]:.2f}x.')
+      f'At the best greedy gamma ({g}), with every figure of the row timed in '
+      f'{result.get("rounds", 1)} interleaved rounds, one loop iteration measures '
+      f'{per_iteration * 1e3:.2f} ms. The model calls timed alone account for '
+      f'{(draft + verify) * 1e3:.2f} ms ({g} draft steps {draft * 1e3:.2f} ms, c = {c:.3f}; '
+      f'one {g + 1}-token verify {verify * 1e3:.2f} ms = v({g + 1}) {v:.2f} steps of '
+      f't_1 = {t_1 * 1e3:.3f} ms). Run alternating in one jitted loop with nothing else, as '
+      f'the decode runs them, the same calls take {together * 1e3:.2f} ms '
+      f'(x{f["calls"]:.2f}: the draft\'s first call carries two tokens, and the two models '
+      f'evict each other\'s code and weights from the CPU caches), and {work}. The '
+      f'target-alone loop spends {f["baseline"]:.2f} t_1 per token ({per_token * 1e3:.2f} ms, '
+      f'x{f["baseline"]:.2f}, credited to specjax). An iteration yields {tokens:.2f} tokens '
+      f'against the formula\'s E = {expected:.2f} at alpha {best["alpha"]:.3f} '
+      f'(x{f["tokens"]:.2f}: outputs end inside a block, and the drafts past EOS are lost). '
+      f'The loops run {_x(best["loop_speedup"])}x faster than the target alone; the formula '
+      f'predicts {best["predicted_speedup"]:.2f}x, so the efficiency is '
+      f'{_x(best["efficiency"])} = {f["tokens"]:.2f} x {f["calls"]:.2f} x {f["loop"]:.2f} x '
+      f'{f["baseline"]:.2f}. Against the model calls as the loop runs them, it is '
+      f'{_x(best.get("efficiency_in_loop"))}. Before the loop, the encoders and the prefill '
+      f'take {best["prefill_seconds"] / best["seconds"]:.0%} of the speculative decode time '
+      f'(target and draft encoders) and '
+      f'{best["baseline_prefill_seconds"] / best["baseline_seconds"]:.0%} of the target-alone '
+      f'time; with them the end-to-end speedup is {best["speedup"]:.2f}x.')
 
 
 def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
@@ -187,9 +191,16 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
       f'- backend: {m["backend"]} ({m["device_kind"]} x{m["device_count"]}); python '
       f'{m["python"]}, jax {m["jax"]}, flax {m["flax"]}',
       f'- pair: target {result["target"]}, draft {result["draft"]}; {result["num_examples"]} '
-      f'examples ({result.get("select", "first")} lines of the input), batch {result["batch_size"]}, max decode length {result["max_decode_len"]}',
+      f'examples ({result.get("select", "first")} lines of the input), batch '
+      f'{result["batch_size"]}, max decode length {result["max_decode_len"]}',
       f'- compile time of the first call: {result["compile_seconds"]:.1f} s; traces per '
-      f'(gamma, temperature): {result["traces"]}', '', format_table(result), '']
+      f'(gamma, temperature): {result["traces"]}',
+      f'- every figure of a row (both decodes, their prefills, t_1, the verify, the draft '
+      f'step, the model calls of one iteration) is timed in {result.get("rounds", 1)} '
+      'interleaved rounds and keeps its fastest; c and v in a row are its own',
+      '- efficiency = x tokens (tokens per iteration / E) x calls (calls timed alone / '
+      'the same calls alternating) x loop (alternating calls / iteration) x baseline '
+      '(target-alone time per token / t_1)', '', format_table(result), '']
   if plot_path:
     rel = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(path)))
     lines += [f'![measured and predicted speedup]({rel})', '']

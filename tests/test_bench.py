@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from specjax import bench, benchmark, report, theory
+from specjax import bench, bench_rows, benchmark, report, theory
 
 
 def test_score_on_hand_made_timings():
   costs = {'c': 0.1, 'v': {5: 1.5}}
-  s = benchmark.score(baseline_seconds=10.0, seconds=4.0, alpha=0.8, gamma=4, costs=costs,
+  s = bench_rows.score(baseline_seconds=10.0, seconds=4.0, alpha=0.8, gamma=4, costs=costs,
                       baseline_prefill=1.0, prefill=1.5)
   expected_e = (1 - 0.8 ** 5) / (1 - 0.8)  # 3.3616 tokens per call
   predicted = expected_e / (4 * 0.1 + 1.5)
@@ -17,15 +17,15 @@ def test_score_on_hand_made_timings():
   assert s['predicted_speedup'] == pytest.approx(predicted)
   assert s['efficiency'] == pytest.approx(3.6 / predicted)
   assert s['end_to_end_efficiency'] == pytest.approx(2.5 / predicted)
-  assert benchmark.score(10.0, 4.0, 0.8, 4, costs)['loop_speedup'] == pytest.approx(2.5)
-  lost = benchmark.score(10.0, 4.0, 0.8, 4, costs, baseline_prefill=1.0, prefill=4.2)
+  assert bench_rows.score(10.0, 4.0, 0.8, 4, costs)['loop_speedup'] == pytest.approx(2.5)
+  lost = bench_rows.score(10.0, 4.0, 0.8, 4, costs, baseline_prefill=1.0, prefill=4.2)
   assert lost['loop_speedup'] is None and lost['efficiency'] is None
 
 
 def test_iterations_count_the_busiest_row_of_each_batch():
   import numpy as np
-  assert benchmark._iterations(np.array([3, 5, 2, 2, 7, 1]), 2) == 5 + 2 + 7
-  assert benchmark._iterations(np.array([3, 5, 2]), 1) == 10
+  assert bench_rows._iterations(np.array([3, 5, 2, 2, 7, 1]), 2) == 5 + 2 + 7
+  assert bench_rows._iterations(np.array([3, 5, 2]), 1) == 10
 
 
 def test_best_gamma_uses_the_measured_verify_cost():
@@ -39,37 +39,75 @@ def test_best_gamma_uses_the_measured_verify_cost():
   assert g_steep == best
 
 
+def _row(**extra):
+  """A hand-made greedy row at gamma 2 with its interleaved timings."""
+  row = {'gamma': 2, 'temperature': 0.0, 'alpha': 0.8, 'speedup': 1.6, 'iterations': 10,
+         'tokens': 22, 'baseline_tokens': 22, 'seconds': 0.025, 'prefill_seconds': 0.005,
+         'baseline_seconds': 0.0374, 'baseline_prefill_seconds': 0.004, 't_1': 0.001,
+         'c': 0.1, 'v': 1.5, 'model_calls_seconds': 0.0018, 'tokens_per_call': 2.5,
+         'target_calls': 10}
+  row.update(extra)
+  row.update(bench_rows.score(row['baseline_seconds'], row['seconds'], row['alpha'], 2,
+                              {'c': row['c'], 'v': {3: row['v']}},
+                              row['baseline_prefill_seconds'], row['prefill_seconds'],
+                              row['tokens'], row['baseline_tokens']))
+  row['factors'] = bench_rows.efficiency_factors(row)
+  return row
+
+
+def _product(factors):
+  return factors['tokens'] * factors['calls'] * factors['loop'] * factors['baseline']
+
+
+def test_efficiency_is_the_product_of_its_measured_factors():
+  row = _row()
+  f = row['factors']
+  # 22 tokens / 10 iterations against E(0.8, 2) = 2.44
+  assert f['tokens'] == pytest.approx(2.2 / 2.44)
+  # calls alone (2 * 0.1 + 1.5) * 1 ms = 1.7 ms against 1.8 ms alternating
+  assert f['calls'] == pytest.approx(1.7 / 1.8)
+  # 1.8 ms of calls in an iteration of (25 - 5) ms / 10 = 2 ms
+  assert f['loop'] == pytest.approx(0.9)
+  # the target alone: (37.4 - 4) ms / 22 tokens = 1.518 ms per token, over t_1 = 1 ms
+  assert f['baseline'] == pytest.approx(33.4 / 22)
+  assert row['efficiency'] == pytest.approx(_product(f))
+  # sampled rows differ in length: speedups are ratios of tokens per second
+  longer = _row(baseline_tokens=33)
+  assert longer['loop_speedup'] == pytest.approx(row['loop_speedup'] * 22 / 33)
+  assert longer['efficiency'] == pytest.approx(_product(longer['factors']))
+  assert bench_rows.efficiency_factors(_row(prefill_seconds=0.03)) is None
+
+
+def test_interleaved_minimums_run_every_job_each_round_and_keep_the_fastest():
+  order = []
+  times = {'a': iter([3.0, 1.0, 2.0]), 'b': iter([0.5, 0.7, 0.6])}
+
+  def job(name):
+    def run():
+      order.append(name)
+      return next(times[name])
+    return run
+
+  best = bench_rows.interleaved_minimums({'a': job('a'), 'b': job('b')}, rounds=3)
+  assert best == {'a': 1.0, 'b': 0.5}
+  assert order == ['a', 'b'] * 3
+
+
 def _timed_result(**extra):
-  """Hand-made bench results: one greedy row at gamma 2 and its baseline."""
-  return {'rows': [{'gamma': 2, 'temperature': 0.0, 'speedup': 1.6, 'loop_speedup': 2.0,
-                    'predicted_speedup': 2.1, 'target_calls': 10, 'iterations': 10,
-                    'tokens': 22, 'seconds': 0.025, 'prefill_seconds': 0.005,
-                    'tokens_per_call': 2.5, 'alpha': 0.8, 'efficiency': 0.95}],
-          'baselines': {'0.0': {'seconds': 0.044, 'prefill_seconds': 0.004,
-                                'num_tokens': 32}},
-          'batch_size': 1, 'target_step_seconds': 0.001, 'c': 0.1, 'v': {'3': 1.5}, **extra}
+  return {'rows': [_row(**extra)], 'rounds': 3, 'batch_size': 1}
 
 
 def test_reading_accounts_for_the_time():
   text = report.reading(_timed_result())
-  # (0.025 - 0.005) s / 10 iterations = 2 ms; model calls 0.2 + 1.5 ms; the loop 0.3 ms
-  assert '2.00 ms' in text and '1.70 ms' in text and '0.30 ms, 15%' in text
-  # 22 tokens / 10 iterations vs E(0.8, 2) = 2.44; 2 ms / (0.04 s / 32 tokens) = 1.6 steps
+  # (0.025 - 0.005) s / 10 iterations = 2 ms; calls alone 0.2 + 1.5 ms, together 1.8 ms
+  assert 'iteration measures 2.00 ms' in text and 'account for 1.70 ms' in text
+  assert 'take 1.80 ms (x0.94' in text and 'remaining 0.20 ms (x0.90)' in text
   assert 'yields 2.20 tokens' in text and 'E = 2.44' in text and '(x0.90' in text
-  assert 'costs 1.60 steps' in text and 'gamma c + v = 1.70 (x1.06)' in text
-  assert '20% of the speculative' in text and '9% of the target-alone' in text
-  assert 'end-to-end speedup is 1.60x' in text and '(efficiency 0.95)' in text
-
-
-def test_reading_splits_the_cost_when_the_model_calls_were_timed_together():
-  text = report.reading(_timed_result(
-      model_calls={'gamma': 2, 'seconds': 0.0018, 'target_steps': 1.8}))
-  # calls alone 1.7 ms, together 1.8 ms (x0.94); the loop's work 2.0 - 1.8 ms (x0.90)
-  assert '1.80 ms (1.80 target steps, x0.94' in text
-  assert 'remaining 0.20 ms (x0.90)' in text
-  assert '1.25 t_1 per token' in text  # 40 ms of loop / 32 tokens over t_1 = 1 ms
-  noisy = report.reading(_timed_result(
-      model_calls={'gamma': 2, 'seconds': 0.0023, 'target_steps': 2.3}))
+  assert '1.52 t_1 per token' in text and '3 interleaved rounds' in text
+  assert '20% of the speculative' in text and '11% of the target-alone' in text
+  row = _timed_result()['rows'][0]
+  assert f'efficiency is {row["efficiency"]:.2f} = 0.90 x 0.94 x 0.90 x 1.52' in text
+  noisy = report.reading(_timed_result(model_calls_seconds=0.0023))
   assert 'below the timing noise' in noisy and '0.30 ms more than a whole iteration' in noisy
 
 
@@ -119,7 +157,9 @@ def test_quick_bench_end_to_end(tmp_path):
     assert 0.0 <= row['alpha'] <= 1.0 and 1.0 <= row['tokens_per_call'] <= row['gamma'] + 1
     if row['temperature'] == 0.0:
       assert row['identical_to_target'] is True
-  assert result['model_calls']['seconds'] > 0
+    assert row['model_calls_seconds'] > 0 and row['t_1'] > 0 and row['c'] > 0
+    assert row['factors'] is None or set(row['factors']) == {'tokens', 'calls', 'loop',
+                                                             'baseline'}
   for key in ('c', 'v', 'compile_seconds', 'traces', 'machine'):
     assert key in result
   assert result['machine']['jax']

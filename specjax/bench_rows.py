@@ -1,0 +1,195 @@
+"""One row of `python -m specjax.bench`: every figure of a (gamma, temperature) row timed
+in interleaved rounds, the formula's prediction, and the split of the efficiency.
+
+On a shared machine the speed of the same call drifts by tens of percent over minutes.
+A ratio of two figures timed minutes apart then measures the machine as much as the
+code, so every figure a row divides by another (the two decodes, their prefills, t_1,
+t_{G+1}, the draft step, the model calls of one iteration) is timed once per round, the
+rounds one after the other, and each keeps its fastest round.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, Optional
+
+import jax
+import numpy as np
+
+from specjax import benchmark, decoding, theory
+from specjax.sampling import SamplingConfig
+
+
+def interleaved_minimums(jobs: Dict[str, Callable[[], float]], rounds: int
+                         ) -> Dict[str, float]:
+  """Runs every job once per round, for `rounds` rounds; each keeps its smallest result.
+
+  Args:
+    jobs: name -> a callable that times something and returns seconds.
+    rounds: how many times each job runs.
+
+  Returns:
+    name -> the fastest of its rounds.
+  """
+  best = {name: float('inf') for name in jobs}
+  for _ in range(max(rounds, 1)):
+    for name, job in jobs.items():
+      best[name] = min(best[name], job())
+  return best
+
+
+def score(baseline_seconds: float, seconds: float, alpha: float, gamma: int,
+          costs: dict, baseline_prefill: float = 0.0, prefill: float = 0.0,
+          tokens: Optional[int] = None, baseline_tokens: Optional[int] = None
+          ) -> Dict[str, float]:
+  """Measured speedups, the formula's prediction and their ratio.
+
+  Args:
+    baseline_seconds: the autoregressive decodes, end to end.
+    seconds: the speculative decodes, end to end.
+    alpha, gamma: the measured acceptance rate and the gamma used.
+    costs: {'c': draft step / target step, 'v': {gamma + 1: v(gamma + 1)}}.
+    baseline_prefill, prefill: the part of each spent before the loop.
+    tokens, baseline_tokens: tokens each produced; speedups are then ratios of tokens per
+      second (sampled outputs differ in length). Greedy outputs are identical.
+
+  Returns:
+    speedup (end to end), loop_speedup (the decode loops alone, which is what the
+    formula models), predicted_speedup, efficiency = loop_speedup / predicted and
+    end_to_end_efficiency = speedup / predicted. The loop figures are None when a
+    prefill takes all of its decode's time (timing noise on tiny models).
+  """
+  ratio = tokens / baseline_tokens if tokens and baseline_tokens else 1.0
+  measured = baseline_seconds / seconds * ratio
+  predicted = theory.speedup(min(alpha, 1.0), gamma, costs['c'], costs['v'][gamma + 1])
+  base_loop_seconds, loop_seconds = baseline_seconds - baseline_prefill, seconds - prefill
+  # Loops lost in timing noise (tiny models): no loop figure rather than a wild one.
+  loop = (base_loop_seconds / loop_seconds * ratio
+          if min(base_loop_seconds, loop_seconds) > 0.0 else None)
+  return {'speedup': measured, 'loop_speedup': loop, 'predicted_speedup': predicted,
+          'efficiency': None if loop is None else loop / predicted,
+          'end_to_end_efficiency': measured / predicted}
+
+
+def efficiency_factors(row: dict) -> Optional[Dict[str, float]]:
+  """Splits a row's efficiency into four measured factors whose product it is.
+
+  - tokens: tokens per iteration over the formula's E (outputs end inside a block);
+  - calls: the model calls timed alone (gamma c + v target steps) over the same calls
+    run alternating, as the loop runs them;
+  - loop: the alternating calls over a whole iteration (the loop's own work);
+  - baseline: the target-alone loop's time per token over t_1 (its own loop work, which
+    the comparison credits to speculative decoding).
+
+  Args:
+    row: a bench row with its interleaved timings (see `speculative_row`).
+
+  Returns:
+    {'tokens', 'calls', 'loop', 'baseline'}, or None when the loops were lost in noise.
+  """
+  loop_seconds = row['seconds'] - row['prefill_seconds']
+  base_loop_seconds = row['baseline_seconds'] - row['baseline_prefill_seconds']
+  if min(loop_seconds, base_loop_seconds) <= 0.0 or not row['iterations']:
+    return None
+  g, t_1 = row['gamma'], row['t_1']
+  expected = theory.expected_tokens_per_call(min(row['alpha'], 1.0), g)
+  alone = (g * row['c'] + row['v']) * t_1
+  together = row['model_calls_seconds']
+  return {'tokens': row['tokens'] / row['iterations'] / expected,
+          'calls': alone / together,
+          'loop': together / (loop_seconds / row['iterations']),
+          'baseline': base_loop_seconds / row['baseline_tokens'] / t_1}
+
+
+def _iterations(target_calls: np.ndarray, batch_size: int) -> int:
+  """Loop iterations of all batches: each runs until its busiest row is done."""
+  return int(sum(target_calls[i:i + batch_size].max()
+                 for i in range(0, len(target_calls), batch_size)))
+
+
+def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: SamplingConfig,
+                    max_decode_len: int, seed: int = 0, rounds: int = 3, repeats: int = 32,
+                    cache_len: int = 64) -> dict:
+  """One benchmark row: measured vs predicted speedup for one gamma and sampling setting.
+
+  Args:
+    target, tp, draft, dp: the pair and their params.
+    batches: [B, S] int32 encoder inputs, one decode each.
+    gamma: G, draft tokens per iteration.
+    sampling: the sampling settings of both decodes.
+    max_decode_len: L.
+    seed: PRNG seed of both decodes.
+    rounds: interleaved rounds (see the module docstring); each figure keeps its fastest.
+    repeats, cache_len: of the timed model-call loops (`benchmark.call_seconds`).
+
+  Returns:
+    The row: alpha, tokens per call, tokens/s, speedups, the prediction, efficiency and
+    its factors, the interleaved timings (t_1, c, v, model_calls_seconds, ...), compile
+    time and traces, and for greedy rows whether the output equals the target's.
+  """
+  rng = jax.random.PRNGKey(seed)
+  spec_fn = lambda x: decoding.speculative_decode(
+      target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_decode_len,
+      sampling=sampling, rng=rng)
+  base_fn = lambda x: decoding.autoregressive_decode(
+      target, tp, x, max_decode_len=max_decode_len, sampling=sampling, rng=rng)
+  traces = decoding.TRACE_COUNTS['speculative']
+  start = time.perf_counter()
+  jax.block_until_ready(spec_fn(batches[0]))
+  compile_seconds = time.perf_counter() - start
+  jax.block_until_ready(base_fn(batches[0]))
+  spec, base = benchmark.BatchTimes(spec_fn, batches), benchmark.BatchTimes(base_fn, batches)
+  x0 = batches[0]
+  calls = lambda m, p, k: benchmark.call_seconds(m, p, x0, k, repeats, cache_len, trials=1)
+  prefill = lambda d, p, g: benchmark.prefill_seconds(target, tp, d, p, batches, g,
+                                                      max_decode_len, trials=1)
+  t = interleaved_minimums({
+      'seconds': spec, 'baseline_seconds': base,
+      'prefill_seconds': lambda: prefill(draft, dp, gamma),
+      'baseline_prefill_seconds': lambda: prefill(None, None, 0),
+      't_1': lambda: calls(target, tp, 1), 't_verify': lambda: calls(target, tp, gamma + 1),
+      't_draft': lambda: calls(draft, dp, 1),
+      'model_calls_seconds': lambda: benchmark.model_calls_seconds(
+          target, tp, draft, dp, x0, gamma, repeats, cache_len, trials=1),
+  }, rounds)
+  run, ref = spec.summary(), base.summary()
+  s = run['stats']
+  num_calls = int(s.target_calls.sum())
+  alpha = float(s.beta_sum.sum() / max(s.beta_count.sum(), 1))
+  costs = {'c': t['t_draft'] / t['t_1'], 'v': {gamma + 1: t['t_verify'] / t['t_1']}}
+  row = {
+      'gamma': gamma, 'temperature': sampling.temperature, 'alpha': alpha,
+      'alpha_accepted': float(s.accepted.sum() / max(s.drafted.sum(), 1)),
+      'tokens_per_call': float((s.accepted.sum() + num_calls) / max(num_calls, 1)),
+      'predicted_tokens_per_call': theory.expected_tokens_per_call(min(alpha, 1.0), gamma),
+      'target_calls': num_calls, 'tokens': run['num_tokens'],
+      'baseline_tokens': ref['num_tokens'],
+      'tokens_per_second': run['num_tokens'] / t['seconds'],
+      'baseline_tokens_per_second': ref['num_tokens'] / t['baseline_seconds'],
+      'iterations': _iterations(s.target_calls, len(batches[0])),
+      **t, 'c': costs['c'], 'v': costs['v'][gamma + 1],
+      **score(t['baseline_seconds'], t['seconds'], alpha, gamma, costs,
+              t['baseline_prefill_seconds'], t['prefill_seconds'], run['num_tokens'],
+              ref['num_tokens']),
+      'compile_seconds': compile_seconds,
+      'traces': decoding.TRACE_COUNTS['speculative'] - traces,
+  }
+  row['factors'] = efficiency_factors(row)
+  if row['factors'] is not None:
+    # Against the model calls as the loop runs them (alternating): what the loop loses.
+    f = row['factors']
+    row['efficiency_in_loop'] = f['tokens'] * f['loop'] * f['baseline']
+  if sampling.greedy:
+    row['identical_to_target'] = bool(np.array_equal(run['tokens'], ref['tokens']))
+  return row
+
+
+def baseline_run(target, tp, batches, sampling: SamplingConfig, max_decode_len: int,
+                 seed: int = 0) -> dict:
+  """The jitted autoregressive decode over the batches: the target alone's tokens/s."""
+  rng = jax.random.PRNGKey(seed)
+  run = benchmark.timed_decode(lambda x: decoding.autoregressive_decode(
+      target, tp, x, max_decode_len=max_decode_len, sampling=sampling, rng=rng), batches)
+  run['tokens_per_second'] = run['num_tokens'] / run['seconds']
+  run['prefill_seconds'] = benchmark.prefill_seconds(target, tp, None, None, batches, 0,
+                                                     max_decode_len)
+  return run
