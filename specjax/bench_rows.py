@@ -73,12 +73,13 @@ def score(baseline_seconds: float, seconds: float, alpha: float, gamma: int,
 def efficiency_factors(row: dict) -> Optional[Dict[str, float]]:
   """Splits a row's efficiency into four measured factors whose product it is.
 
-  - tokens: tokens per iteration over the formula's E (outputs end inside a block);
+  - tokens: tokens per row and iteration over the formula's E (outputs end inside a
+    block; at batch B > 1 rows that are done idle until the batch's last row is);
   - calls: the model calls timed alone (gamma c + v target steps) over the same calls
     run alternating, as the loop runs them;
   - loop: the alternating calls over a whole iteration (the loop's own work);
-  - baseline: the target-alone loop's time per token over t_1 (its own loop work, which
-    the comparison credits to speculative decoding).
+  - baseline: the target-alone loop's time per token of a row, times B, over t_1 (its
+    own loop work and idle rows, which the comparison credits to speculative decoding).
 
   Args:
     row: a bench row with its interleaved timings (see `speculative_row`).
@@ -90,14 +91,14 @@ def efficiency_factors(row: dict) -> Optional[Dict[str, float]]:
   base_loop_seconds = row['baseline_seconds'] - row['baseline_prefill_seconds']
   if min(loop_seconds, base_loop_seconds) <= 0.0 or not row['iterations']:
     return None
-  g, t_1 = row['gamma'], row['t_1']
+  g, t_1, batch = row['gamma'], row['t_1'], row.get('batch_size', 1)
   expected = theory.expected_tokens_per_call(min(row['alpha'], 1.0), g)
   alone = (g * row['c'] + row['v']) * t_1
   together = row['model_calls_seconds']
-  return {'tokens': row['tokens'] / row['iterations'] / expected,
+  return {'tokens': row['tokens'] / (row['iterations'] * batch) / expected,
           'calls': alone / together,
           'loop': together / (loop_seconds / row['iterations']),
-          'baseline': base_loop_seconds / row['baseline_tokens'] / t_1}
+          'baseline': base_loop_seconds / row['baseline_tokens'] * batch / t_1}
 
 
 def _iterations(target_calls: np.ndarray, batch_size: int) -> int:
@@ -166,6 +167,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'tokens_per_second': run['num_tokens'] / t['seconds'],
       'baseline_tokens_per_second': ref['num_tokens'] / t['baseline_seconds'],
       'iterations': _iterations(s.target_calls, len(batches[0])),
+      'batch_size': len(batches[0]),
       **t, 'c': costs['c'], 'v': costs['v'][gamma + 1],
       **score(t['baseline_seconds'], t['seconds'], alpha, gamma, costs,
               t['baseline_prefill_seconds'], t['prefill_seconds'], run['num_tokens'],

@@ -146,10 +146,11 @@ def reading(result: dict) -> str:
   g, t_1, c, v = best['gamma'], best['t_1'], best['c'], best['v']
   iterations = max(best['iterations'], 1)
   per_iteration = (best['seconds'] - best['prefill_seconds']) / iterations
+  batch = best.get('batch_size', 1)
   per_token = ((best['baseline_seconds'] - best['baseline_prefill_seconds'])
-               / best['baseline_tokens'])
+               / best['baseline_tokens'] * batch)  # per token of each of B rows
   draft, verify, together = g * c * t_1, v * t_1, best['model_calls_seconds']
-  tokens = best['tokens'] / iterations
+  tokens = best['tokens'] / iterations / batch  # per row
   expected = theory.expected_tokens_per_call(min(best['alpha'], 1.0), g)
   rest = per_iteration - together
   work = (f'the loop\'s own work (acceptance, commit, and the start of each short decode) '
@@ -166,10 +167,12 @@ def reading(result: dict) -> str:
       f'the decode runs them, the same calls take {together * 1e3:.2f} ms '
       f'(x{f["calls"]:.2f}: the draft\'s first call carries two tokens, and on a CPU calls '
       f'of different sizes run slower interleaved than each size back to back), and {work}. '
-      f'The target-alone loop spends {f["baseline"]:.2f} t_1 per token ({per_token * 1e3:.2f} ms, '
+      f'The target-alone loop spends {f["baseline"]:.2f} t_1 per '
+      f'{"token" if batch == 1 else f"{batch} tokens"} ({per_token * 1e3:.2f} ms, '
       f'x{f["baseline"]:.2f}, credited to specjax). An iteration yields {tokens:.2f} tokens '
-      f'against the formula\'s E = {expected:.2f} at alpha {best["alpha"]:.3f} '
-      f'(x{f["tokens"]:.2f}: outputs end inside a block, and the drafts past EOS are lost). '
+      f'{"" if batch == 1 else "per row "}against the formula\'s E = {expected:.2f} at '
+      f'alpha {best["alpha"]:.3f} (x{f["tokens"]:.2f}: outputs end inside a block, and the '
+      f'drafts past EOS are lost{"" if batch == 1 else "; rows that are done idle"}). '
       f'The loops run {_x(best["loop_speedup"])}x faster than the target alone; the formula '
       f'predicts {best["predicted_speedup"]:.2f}x, so the efficiency is '
       f'{_x(best["efficiency"])} = {f["tokens"]:.2f} x {f["calls"]:.2f} x {f["loop"]:.2f} x '

@@ -76,6 +76,11 @@ def test_efficiency_is_the_product_of_its_measured_factors():
   assert longer['loop_speedup'] == pytest.approx(row['loop_speedup'] * 22 / 33)
   assert longer['efficiency'] == pytest.approx(_product(longer['factors']))
   assert bench_rows.efficiency_factors(_row(prefill_seconds=0.03)) is None
+  # at batch 2 the factors are per row: the same timings and tokens over twice the rows
+  pair = _row(batch_size=2)['factors']
+  assert pair['tokens'] == pytest.approx(f['tokens'] / 2)
+  assert pair['baseline'] == pytest.approx(f['baseline'] * 2)
+  assert _product(pair) == pytest.approx(row['efficiency'])
 
 
 def test_interleaved_minimums_run_every_job_each_round_and_keep_the_fastest():
