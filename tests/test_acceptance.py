@@ -93,3 +93,17 @@ def test_argmax_equals_jnp_argmax_on_ties_nan_and_inf():
   assert got.dtype == np.int32 and got.shape == (64, 3)
   np.testing.assert_array_equal(got, np.asarray(jnp.argmax(jnp.asarray(x), axis=-1)))
   assert got[2, 1] == 4 and got[1, 0] == 7 and got[0, 0] == 0
+
+
+def test_sample_follows_unnormalised_probs_and_never_draws_a_zero(monkeypatch):
+  probs = np.array([0.0, 0.1, 0.0, 0.25, 0.05, 0.0, 0.6, 0.0], np.float32) * 3.0  # sums to 3
+  draws = np.asarray(sampling.sample(jax.random.PRNGKey(3),
+                                     jnp.broadcast_to(jnp.asarray(probs), (50_000, 8)), False))
+  counts = np.bincount(draws, minlength=8)
+  assert counts[probs == 0].sum() == 0 and draws.max() < 8
+  expected = probs[probs > 0].astype(np.float64) / probs.sum(dtype=np.float64) * len(draws)
+  assert stats.chisquare(counts[probs > 0], expected).pvalue > 1e-3
+  # The extreme uniforms land on the first and the last token of positive probability.
+  for u, token in ((0.0, 1), (np.nextafter(np.float32(1), np.float32(0)), 6), (1.0, 6)):
+    monkeypatch.setattr(jax.random, 'uniform', lambda *a, u=u, **k: jnp.full(a[1], u))
+    assert int(sampling.sample(jax.random.PRNGKey(0), jnp.asarray(probs)[None], False)[0]) == token
