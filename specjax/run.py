@@ -298,9 +298,12 @@ def run(job: DecodeJob, on_record=None) -> dict:
       target_calls=t['calls'], generated_tokens=t['tokens'],
       tokens_per_second=t['tokens'] / max(t['spec_seconds'], 1e-9),
       seconds=t['spec_seconds'], compile_seconds=compile_seconds,
+      baseline_tokens=t['base_tokens'] if job.compare else None,
       baseline_tokens_per_second=(t['base_tokens'] / t['base_seconds']
                                   if job.compare else None),
-      speedup=t['base_seconds'] / t['spec_seconds'] if job.compare else None,
+      # A ratio of tokens per second: sampled outputs of the two decodes differ in length.
+      speedup=(t['tokens'] * t['base_seconds'] / max(t['base_tokens'] * t['spec_seconds'],
+                                                      1e-12) if job.compare else None),
       identical_to_target=(identical if job.compare and sampling.greedy else None),
       gamma_reason=gamma_reason,
       backend=jax.default_backend(), devices=jax.device_count(),

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from specjax import decode
+from specjax import decode, run
 from specjax.run import ASSETS
 
 SENTENCES = ['Unable to open the file', 'Save changes before closing?', 'Print the page']
@@ -115,3 +115,15 @@ def test_param_dtype_flag_holds_params_in_bfloat16():
     assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
   with pytest.raises(SystemExit):
     decode.parse_args(['--param-dtype', 'int8'])
+
+
+def test_sampled_speedup_is_a_ratio_of_tokens_per_second(tmp_path):
+  """Sampled outputs of the two decodes differ in length: time alone would mislead."""
+  src = tmp_path / 'in.txt'
+  src.write_text('\n'.join(SENTENCES) + '\n')
+  summary = run.run(run.DecodeJob(input=str(src), temperature=1.0, batch_size=3, gamma=2,
+                                  max_decode_len=16, progress=False))
+  assert summary['identical_to_target'] is None
+  assert summary['baseline_tokens'] != summary['generated_tokens']  # the case that matters
+  assert summary['speedup'] == pytest.approx(
+      summary['tokens_per_second'] / summary['baseline_tokens_per_second'])
