@@ -68,19 +68,12 @@ def causal_mask(positions: jax.Array, num_tokens: int, max_len: int) -> jax.Arra
   return jnp.arange(max_len)[None, None, :] <= query_pos[:, :, None]
 
 
-def write_cache(cache: jax.Array, new: jax.Array, positions: jax.Array,
-                axis: int = 1) -> jax.Array:
-  """Writes new into cache at per-row offsets positions [B] along `axis`.
-
-  Args:
-    cache: [B, ...] with T entries along `axis` ([B, T, ...] by default).
-    new: cache's shape with K entries along `axis`.
-    positions: [B] int32, where each row's K entries start.
-    axis: the position axis of cache and new (1 for [B, T, N, H], 3 for [B, N, H, T]).
-  """
+def write_cache(cache: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:
+  """Writes new [B, ..., K] into cache [B, ..., T] (heads-major: positions last) at per-row
+  offsets positions [B]."""
 
   def one_row(row_cache, row_new, pos):
-    start = tuple(pos if i == axis - 1 else 0 for i in range(row_cache.ndim))
+    start = (0,) * (row_cache.ndim - 1) + (pos,)
     return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
 
   return jax.vmap(one_row)(cache, new, positions)

@@ -105,8 +105,8 @@ class DecoderOnlyTransformer:
       q = jnp.einsum('BKD,DNH->BKNH', h, layer['query'].astype(dtype))
       k = jnp.einsum('BKD,DNH->BKNH', h, layer['key'].astype(dtype)).transpose(0, 2, 3, 1)
       v = jnp.einsum('BKD,DNH->BKNH', h, layer['value'].astype(dtype)).transpose(0, 2, 3, 1)
-      keys = base.write_cache(layer_cache['k'], k, positions, axis=3)  # [B, N, H, T]
-      values = base.write_cache(layer_cache['v'], v, positions, axis=3)
+      keys = base.write_cache(layer_cache['k'], k, positions)  # [B, N, H, T]
+      values = base.write_cache(layer_cache['v'], v, positions)
       new_cache.append({'k': keys, 'v': values})
       scores = jnp.einsum('BKNH,BNHT->BNKT', q, keys).astype(jnp.float32)
       scores = jnp.where(mask, scores, -1e9)

@@ -235,8 +235,8 @@ class T5:
       q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, K, N, H]
       k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
               for n in ('key', 'value'))  # [B, N, H, K]
-      k_all = base.write_cache(cache[name]['k'], k, positions, axis=3)  # [B, N, H, T]
-      v_all = base.write_cache(cache[name]['v'], v, positions, axis=3)
+      k_all = base.write_cache(cache[name]['k'], k, positions)  # [B, N, H, T]
+      v_all = base.write_cache(cache[name]['v'], v, positions)
       new_cache[name] = {'k': k_all, 'v': v_all}
       y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
                                        self_mask, bias, dropout)
