@@ -150,6 +150,9 @@ def run_bench(args) -> dict:
   }
   greedy = [r for r in rows if r['temperature'] == 0.0] or rows
   best = max(greedy, key=lambda r: r['speedup'])
+  result['draft_after_sweep'] = {'gamma': best['gamma'], **benchmark.draft_after_sweep(
+      draft, dp, batches[0], best['gamma'], benchmark.params_bytes(tp), repeats,
+      cache_len, args.rounds)}
   if args.peers == 'hf':
     result['peers'] = report.peer_summary(target, tp, draft, dp, inputs, max_len,
                                           best['gamma'], greedy_tokens, args.seed)

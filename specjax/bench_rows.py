@@ -101,6 +101,35 @@ def efficiency_factors(row: dict) -> Optional[Dict[str, float]]:
           'baseline': base_loop_seconds / row['baseline_tokens'] * batch / t_1}
 
 
+def at_lengths(row: dict, lengths) -> Dict[str, object]:
+  """The formula redone for outputs of the lengths the decode produced.
+
+  E assumes outputs without end; `theory.tokens_per_iteration_at_lengths` is what the
+  same alpha yields on outputs of these lengths, each ending inside its last block. It
+  splits the tokens factor in two: lengths (E at these lengths / E, the formula's
+  assumption) and variation (measured / E at these lengths: acceptance that varies from
+  token to token rather than being one alpha, and at B > 1 rows that idle).
+
+  Args:
+    row: a bench row with alpha, gamma, c, v, loop_speedup and factors.
+    lengths: [N] tokens of each output of the speculative decode.
+
+  Returns:
+    {'tokens_per_iteration_at_lengths', 'predicted_speedup_at_lengths',
+    'efficiency_at_lengths', 'tokens_split': {'lengths', 'variation'} or None}.
+  """
+  g, alpha = row['gamma'], min(row['alpha'], 1.0)
+  at = theory.tokens_per_iteration_at_lengths(alpha, g, [int(n) for n in lengths])
+  predicted = at / (g * row['c'] + row['v'])
+  loop = row.get('loop_speedup')
+  f = row.get('factors')
+  share = at / theory.expected_tokens_per_call(alpha, g)
+  return {'tokens_per_iteration_at_lengths': at, 'predicted_speedup_at_lengths': predicted,
+          'efficiency_at_lengths': None if loop is None else loop / predicted,
+          'tokens_split': None if not f else {'lengths': share,
+                                              'variation': f['tokens'] / share}}
+
+
 def _iterations(target_calls: np.ndarray, batch_size: int) -> int:
   """Loop iterations of all batches: each runs until its busiest row is done."""
   return int(sum(target_calls[i:i + batch_size].max()
@@ -176,6 +205,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'traces': decoding.TRACE_COUNTS['speculative'] - traces,
   }
   row['factors'] = efficiency_factors(row)
+  row.update(at_lengths(row, run['lengths']))
   if row['factors'] is not None:
     # Against the model calls as the loop runs them (alternating): what the loop loses.
     f = row['factors']

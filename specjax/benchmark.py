@@ -69,6 +69,29 @@ def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
       repeats, trials)
 
 
+def _block_inputs(i, batch: int, cache_len: int):
+  """The catch-up pair [B, 2] and positions [B] of iteration i of a timed loop."""
+  shift = (i % 2).astype(jnp.int32)  # varying, as in `_repeat_decode`
+  pos = jnp.full((batch,), cache_len // 2, jnp.int32) + shift
+  return jnp.full((batch, 2), 3, jnp.int32) + shift, pos
+
+
+def _draft_block(draft, dp, d_enc, d_cache, pair, pos, gamma: int):
+  """The draft's calls of one iteration, as the decode makes them: a two-token call (the
+  catch-up), then G - 1 one-token steps under a scan, each fed the previous argmax.
+  Returns the block [B, G+1] a verify would check, and the draft cache."""
+
+  def step(carry, _):
+    cache, token, p = carry
+    logits, cache = draft.decode(dp, d_enc, cache, token[:, None], p)
+    return (cache, sampling.argmax(logits[:, -1]), p + 1), token
+
+  logits, d_cache = draft.decode(dp, d_enc, d_cache, pair, pos - 1)  # [B, 2, V]
+  x1 = sampling.argmax(logits[:, -1])
+  (d_cache, last, _), xs = jax.lax.scan(step, (d_cache, x1, pos + 1), None, length=gamma - 1)
+  return jnp.concatenate([pair[:, 1:], xs.T, last[:, None]], axis=1), d_cache
+
+
 @functools.partial(jax.jit, static_argnames=('target', 'draft', 'gamma', 'repeats',
                                              'cache_len'))
 def _repeat_model_calls(target, tp, draft, dp, inputs, gamma, repeats, cache_len):
@@ -80,21 +103,10 @@ def _repeat_model_calls(target, tp, draft, dp, inputs, gamma, repeats, cache_len
   batch = inputs.shape[0]
   t_enc, d_enc = target.encode(tp, inputs), draft.encode(dp, inputs)
 
-  def draft_step(carry, _):
-    cache, token, p = carry
-    logits, cache = draft.decode(dp, d_enc, cache, token[:, None], p)
-    return (cache, sampling.argmax(logits[:, -1]), p + 1), token
-
   def body(i, carry):
     t_cache, d_cache, total = carry
-    shift = (i % 2).astype(jnp.int32)  # varying, as in `_repeat_decode`
-    pos = jnp.full((batch,), cache_len // 2, jnp.int32) + shift
-    pair = jnp.full((batch, 2), 3, jnp.int32) + shift
-    logits, d_cache = draft.decode(dp, d_enc, d_cache, pair, pos - 1)  # [B, 2, V]
-    x1 = sampling.argmax(logits[:, -1])
-    (d_cache, last, _), xs = jax.lax.scan(draft_step, (d_cache, x1, pos + 1), None,
-                                          length=gamma - 1)
-    block = jnp.concatenate([pair[:, 1:], xs.T, last[:, None]], axis=1)  # [B, G+1]
+    pair, pos = _block_inputs(i, batch, cache_len)
+    block, d_cache = _draft_block(draft, dp, d_enc, d_cache, pair, pos, gamma)
     logits, t_cache = target.decode(tp, t_enc, t_cache, block, pos)
     return t_cache, d_cache, total + logits[0, -1, 0]
 
@@ -114,6 +126,70 @@ def model_calls_seconds(target, tp, draft, dp, inputs, gamma: int, repeats: int 
   return _per_repeat_seconds(
       lambda n: _repeat_model_calls(target, tp, draft, dp, inputs, gamma, n, cache_len),
       repeats, trials)
+
+
+@functools.partial(jax.jit, static_argnames=('draft', 'gamma', 'repeats', 'cache_len',
+                                             'with_draft', 'with_sweep'))
+def _repeat_draft_and_sweep(draft, dp, inputs, sweep, gamma, repeats, cache_len, with_draft,
+                            with_sweep):
+  """`repeats` draft blocks, or reads of all of `sweep`, or both alternating."""
+  batch = inputs.shape[0]
+  d_enc = draft.encode(dp, inputs)
+
+  def body(i, carry):
+    d_cache, total = carry
+    if with_draft:
+      pair, pos = _block_inputs(i, batch, cache_len)
+      block, d_cache = _draft_block(draft, dp, d_enc, d_cache, pair, pos, gamma)
+      total = total + block[0, -1].astype(jnp.float32)
+    if with_sweep:  # depends on the carry: XLA cannot hoist it out of the loop
+      total = total + jnp.sum(sweep * (total + 1.0))
+    return d_cache, total
+
+  init = (draft.init_cache(batch, cache_len), jnp.zeros((), jnp.float32))
+  return jax.lax.fori_loop(0, repeats, body, init)[1]
+
+
+def draft_after_sweep(draft, dp, inputs, gamma: int, sweep_bytes: int, repeats: int = 32,
+                      cache_len: int = 64, rounds: int = 3) -> Dict[str, float]:
+  """What a draft block loses when as many bytes as the target's weights pass in between.
+
+  In the decode, every target call streams the target's weights; on a CPU that pushes the
+  draft's weights and caches out of the caches, and the next draft block reads them from
+  memory again. This times the draft block alone, a read of `sweep_bytes` alone, and the
+  two alternating, in interleaved rounds (each keeps its fastest).
+
+  Args:
+    draft, dp: the draft and its params.
+    inputs: [B, S] int32 encoder inputs.
+    gamma: G, draft tokens per block.
+    sweep_bytes: bytes read between blocks (the target's weights: `params_bytes`).
+    repeats, cache_len: of the timed loops.
+    rounds: interleaved rounds.
+
+  Returns:
+    {'draft_block_seconds', 'sweep_seconds', 'alternating_seconds', 'penalty_seconds'
+    (alternating - block - sweep), 'sweep_bytes'}.
+  """
+  sweep = jnp.ones((max(sweep_bytes // 4, 1),), jnp.float32)
+  modes = {'draft_block_seconds': (True, False), 'sweep_seconds': (False, True),
+           'alternating_seconds': (True, True)}
+  best = dict.fromkeys(modes, float('inf'))
+  for _ in range(max(rounds, 1)):
+    for name, (with_draft, with_sweep) in modes.items():
+      run = functools.partial(_repeat_draft_and_sweep, draft, dp, inputs, sweep, gamma,
+                              cache_len=cache_len, with_draft=with_draft,
+                              with_sweep=with_sweep)
+      best[name] = min(best[name], _per_repeat_seconds(
+          lambda n, run=run: run(repeats=n), repeats, 1))
+  best['penalty_seconds'] = (best['alternating_seconds'] - best['draft_block_seconds']
+                             - best['sweep_seconds'])
+  return {**best, 'sweep_bytes': int(sweep_bytes)}
+
+
+def params_bytes(params) -> int:
+  """Bytes of a params pytree."""
+  return int(sum(x.nbytes for x in jax.tree.leaves(params)))
 
 
 def step_costs(target, tp, draft, dp, inputs, max_k: int, rounds: int = 3,

@@ -11,7 +11,8 @@ import numpy as np
 from specjax import theory
 
 _COLUMNS = ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'tokens_per_second',
-            'speedup', 'loop_speedup', 'predicted_speedup', 'efficiency')
+            'speedup', 'loop_speedup', 'predicted_speedup', 'efficiency',
+            'efficiency_at_lengths')
 # The efficiency's factors (bench_rows.efficiency_factors), shown after the columns.
 _FACTORS = ('tokens', 'calls', 'loop', 'baseline')
 
@@ -47,8 +48,8 @@ def format_table(result: dict) -> str:
   header = list(_COLUMNS) + [f'x {f}' for f in _FACTORS] + ['identical']
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for row in result['rows']:
-    cells = [_x(row[c], 3) if isinstance(row[c], float) or row[c] is None else str(row[c])
-             for c in _COLUMNS]
+    cells = [_x(row.get(c), 3) if isinstance(row.get(c), float) or row.get(c) is None
+             else str(row[c]) for c in _COLUMNS]
     factors = row.get('factors') or {}
     cells += [_x(factors.get(f)) for f in _FACTORS]
     same = row.get('identical_to_target')
@@ -153,6 +154,26 @@ def reading(result: dict) -> str:
   tokens = best['tokens'] / iterations / batch  # per row
   expected = theory.expected_tokens_per_call(min(best['alpha'], 1.0), g)
   rest = per_iteration - together
+  split = best.get('tokens_split')
+  lengths = ('' if not split else
+             f' The formula assumes outputs without end; on outputs of these lengths, each '
+             f'ending inside its last block, the same alpha yields '
+             f'{best["tokens_per_iteration_at_lengths"]:.2f} tokens per iteration (x'
+             f'{split["lengths"]:.2f}, lengths), and acceptance that varies from token to '
+             f'token, rather than being one alpha, loses the rest (x{split["variation"]:.2f}'
+             f'{"" if batch == 1 else ", idle rows included"}).')
+  redone = ('' if not split else
+            f' With the formula redone for these lengths the prediction is '
+            f'{best["predicted_speedup_at_lengths"]:.2f}x and the efficiency '
+            f'{_x(best.get("efficiency_at_lengths"))}.')
+  cold = result.get('draft_after_sweep')
+  cold = ('' if not cold or cold['gamma'] != g else
+          f' A draft block (the {g} draft calls) takes {cold["draft_block_seconds"] * 1e3:.2f}'
+          f' ms back to back, and {cold["penalty_seconds"] * 1e3:.2f} ms more when a read of '
+          f'{cold["sweep_bytes"] / 1e6:.0f} MB, as many bytes as the target\'s weights, runs '
+          f'between blocks as each verify call does: the draft\'s weights and caches are '
+          f'then read from memory again. The calls run alternating measure '
+          f'{(together - draft - verify) * 1e3:.2f} ms more than alone.')
   work = (f'the loop\'s own work (acceptance, commit, and the start of each short decode) '
           f'the remaining {rest * 1e3:.2f} ms (x{f["loop"]:.2f})' if rest >= 0 else
           f'the loop\'s own work is below the timing noise (the calls measured '
@@ -165,19 +186,22 @@ def reading(result: dict) -> str:
       f'one {g + 1}-token verify {verify * 1e3:.2f} ms = v({g + 1}) {v:.2f} steps of '
       f't_1 = {t_1 * 1e3:.3f} ms). Run alternating in one jitted loop with nothing else, as '
       f'the decode runs them, the same calls take {together * 1e3:.2f} ms '
-      f'(x{f["calls"]:.2f}: the draft\'s first call carries two tokens, and on a CPU calls '
-      f'of different sizes run slower interleaved than each size back to back), and {work}. '
+      f'(x{f["calls"]:.2f}: the draft\'s first call carries two tokens, and its weights '
+      f'and caches do not stay cached across the target\'s calls), and {work}.'
+      f'{cold} '
       f'The target-alone loop spends {f["baseline"]:.2f} t_1 per '
       f'{"token" if batch == 1 else f"{batch} tokens"} ({per_token * 1e3:.2f} ms, '
       f'x{f["baseline"]:.2f}, credited to specjax). An iteration yields {tokens:.2f} tokens '
       f'{"" if batch == 1 else "per row "}against the formula\'s E = {expected:.2f} at '
       f'alpha {best["alpha"]:.3f} (x{f["tokens"]:.2f}: outputs end inside a block, and the '
-      f'drafts past EOS are lost{"" if batch == 1 else "; rows that are done idle"}). '
+      f'drafts past EOS are lost{"" if batch == 1 else "; rows that are done idle"}).'
+      f'{lengths} '
       f'The loops run {_x(best["loop_speedup"])}x faster than the target alone; the formula '
       f'predicts {best["predicted_speedup"]:.2f}x, so the efficiency is '
       f'{_x(best["efficiency"])} = {f["tokens"]:.2f} x {f["calls"]:.2f} x {f["loop"]:.2f} x '
       f'{f["baseline"]:.2f}. Against the model calls as the loop runs them, it is '
-      f'{_x(best.get("efficiency_in_loop"))}. Before the loop, the encoders and the prefill '
+      f'{_x(best.get("efficiency_in_loop"))}.{redone} Before the loop, the encoders and the '
+      f'prefill '
       f'take {best["prefill_seconds"] / best["seconds"]:.0%} of the speculative decode time '
       f'(target and draft encoders) and '
       f'{best["baseline_prefill_seconds"] / best["baseline_seconds"]:.0%} of the target-alone '
@@ -203,7 +227,10 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
       'interleaved rounds and keeps its fastest; c and v in a row are its own',
       '- efficiency = x tokens (tokens per iteration / E) x calls (calls timed alone / '
       'the same calls alternating) x loop (alternating calls / iteration) x baseline '
-      '(target-alone time per token / t_1)', '', format_table(result), '']
+      '(target-alone time per token / t_1)',
+      '- efficiency_at_lengths: the same with the formula redone for outputs of the lengths '
+      'produced (each ends inside its last block), where E assumes outputs without end', '',
+      format_table(result), '']
   if plot_path:
     rel = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(path)))
     lines += [f'![measured and predicted speedup]({rel})', '']

@@ -60,3 +60,53 @@ def best_gamma(alpha: float, c: float, verify_cost: Optional[Callable[[int], flo
   """
   v = verify_cost or (lambda k: 1.0)
   return max(gammas, key=lambda g: (speedup(alpha, g, c, v(g + 1)), -g))
+
+
+def expected_iterations(alpha: float, gamma: int, length: int) -> float:
+  """Mean loop iterations to produce an output of `length` tokens (EOS included).
+
+  The formula's E assumes outputs without end. A real output ends inside its last block,
+  and the drafts past its end are lost: with every draft token accepted independently
+  with probability alpha, an iteration yields j + 1 tokens with probability
+  alpha^j (1 - alpha) for j < G and alpha^G for j = G, but never more than remain.
+
+  Args:
+    alpha: acceptance rate in [0, 1].
+    gamma: G >= 1, draft tokens per iteration.
+    length: n >= 0, the output's tokens.
+
+  Returns:
+    N(n), from N(0) = 0 and N(m) = 1 + sum_j P(j) N(max(m - j - 1, 0)).
+  """
+  _check(alpha, gamma)
+  probs = [alpha ** j * (1.0 - alpha) for j in range(gamma)] + [alpha ** gamma]
+  n = [0.0] * (max(int(length), 0) + 1)
+  for m in range(1, len(n)):
+    n[m] = 1.0 + sum(p * n[max(m - j - 1, 0)] for j, p in enumerate(probs))
+  return n[-1]
+
+
+def tokens_per_iteration_at_lengths(alpha: float, gamma: int,
+                                    lengths: Sequence[int]) -> float:
+  """E for outputs of these lengths: their tokens over their mean iterations.
+
+  The formula's E is the limit for long outputs; short ones fall below it because each
+  one ends inside a block (see `expected_iterations`).
+
+  Args:
+    alpha: acceptance rate in [0, 1].
+    gamma: G >= 1.
+    lengths: [N] tokens of each output (EOS included).
+
+  Returns:
+    sum(lengths) / sum(N(length)), or E when there are no tokens.
+  """
+  cache = {}
+  total = 0.0
+  for n in lengths:
+    n = int(n)
+    if n not in cache:
+      cache[n] = expected_iterations(alpha, gamma, n)
+    total += cache[n]
+  tokens = float(sum(int(n) for n in lengths))
+  return tokens / total if total > 0 else expected_tokens_per_call(alpha, gamma)

@@ -168,6 +168,11 @@ def test_quick_bench_end_to_end(tmp_path):
   for key in ('c', 'v', 'compile_seconds', 'traces', 'machine'):
     assert key in result
   assert result['machine']['jax']
+  for row in result['rows']:
+    assert row['tokens_per_iteration_at_lengths'] >= 1.0
+    assert row['predicted_speedup_at_lengths'] <= row['predicted_speedup'] + 1e-9
+  assert result['draft_after_sweep']['sweep_bytes'] > 0
+  assert result['draft_after_sweep']['gamma'] in (1, 2)
   assert all(run['identical'] for run in result['peers']['runs'].values())
   assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert 'Where the time goes' in md.read_text()
@@ -201,3 +206,49 @@ def test_timed_decode_keeps_each_batchs_fastest_pass():
   assert len(calls) == 1 + 4 * 3  # the compile call, then three passes per batch
   assert run['seconds'] < 0.2 and run['num_tokens'] == 4
   assert run['tokens'].tolist() == [[i] * 3 for i in range(4)]
+
+
+def test_at_lengths_splits_the_tokens_factor():
+  row = _row()
+  row.update(bench_rows.at_lengths(row, [12, 10]))
+  at = theory.tokens_per_iteration_at_lengths(0.8, 2, [12, 10])
+  assert row['tokens_per_iteration_at_lengths'] == pytest.approx(at)
+  assert row['predicted_speedup_at_lengths'] == pytest.approx(at / (2 * 0.1 + 1.5))
+  assert row['efficiency_at_lengths'] == pytest.approx(
+      row['loop_speedup'] / row['predicted_speedup_at_lengths'])
+  split = row['tokens_split']
+  assert split['lengths'] == pytest.approx(at / theory.expected_tokens_per_call(0.8, 2))
+  assert split['lengths'] * split['variation'] == pytest.approx(row['factors']['tokens'])
+  assert split['lengths'] < 1.0  # 12 and 10 tokens end inside blocks of up to 3
+  text = report.reading({'rows': [row], 'rounds': 3, 'batch_size': 1})
+  assert f'yields {at:.2f} tokens per iteration (x{split["lengths"]:.2f}, lengths)' in text
+  assert f'efficiency {row["efficiency_at_lengths"]:.2f}.' in text
+
+
+def test_reading_names_the_draft_blocks_penalty():
+  result = _timed_result()
+  result['draft_after_sweep'] = {'gamma': 2, 'draft_block_seconds': 0.0002,
+                                 'penalty_seconds': 0.00008, 'sweep_bytes': 42_000_000}
+  text = report.reading(result)
+  assert '0.20 ms back to back, and 0.08 ms more when a read of 42 MB' in text
+  assert 'measure 0.10 ms more than alone' in text  # 1.8 ms alternating - 1.7 ms alone
+  result['draft_after_sweep']['gamma'] = 3  # measured at another gamma: not quoted
+  assert '42 MB' not in report.reading(result)
+
+
+def test_draft_after_sweep_times_the_draft_block_and_the_read():
+  import jax
+  import numpy as np
+  from specjax.models.markov import MarkovModel
+  log = []
+  model = MarkovModel(16)
+  params = model.init(jax.random.PRNGKey(0))
+  out = benchmark.draft_after_sweep(_Recording(model, log), params, np.full((2, 4), 5, np.int32),
+                                    gamma=3, sweep_bytes=benchmark.params_bytes(params),
+                                    repeats=2, rounds=1)
+  assert out['sweep_bytes'] == 16 * 16 * 4  # the Markov model's [V, V] float32 logits
+  assert out['penalty_seconds'] == pytest.approx(
+      out['alternating_seconds'] - out['draft_block_seconds'] - out['sweep_seconds'])
+  assert min(out['draft_block_seconds'], out['sweep_seconds'], out['alternating_seconds']) > 0
+  # the draft block is the decode's: a catch-up pair, then G - 1 single steps
+  assert set(log) == {(2, 2), (2, 1)} and log[:2] == [(2, 2), (2, 1)]

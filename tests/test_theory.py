@@ -57,3 +57,33 @@ def test_tokens_per_call_matches_formula(gamma):
   expected = theory.expected_tokens_per_call(alpha, gamma)
   assert abs(s.tokens_per_call - expected) < 5 * stderr + 1e-3
   assert s.alpha == pytest.approx(alpha, rel=1e-4)  # beta is exact and constant here
+
+
+def test_expected_iterations_closed_forms():
+  # every draft rejected: one token per iteration; all accepted: full blocks of G + 1
+  assert [theory.expected_iterations(0.0, 4, n) for n in (0, 1, 7)] == [0.0, 1.0, 7.0]
+  assert [theory.expected_iterations(1.0, 4, n) for n in (1, 5, 6, 11)] == [1, 1, 2, 3]
+  # gamma 1, two tokens: one iteration if the draft is accepted, else two
+  assert theory.expected_iterations(0.3, 1, 2) == pytest.approx(0.3 * 1 + 0.7 * 2)
+  # long outputs approach the formula's E; short ones fall below it
+  e = theory.expected_tokens_per_call(0.75, 6)
+  assert theory.tokens_per_iteration_at_lengths(0.75, 6, [4000]) == pytest.approx(e, rel=2e-3)
+  short = theory.tokens_per_iteration_at_lengths(0.75, 6, [12, 9, 15])
+  assert 1.0 < short < 0.9 * e
+  assert theory.tokens_per_iteration_at_lengths(0.75, 6, []) == pytest.approx(e)
+
+
+@pytest.mark.parametrize('gamma,length', [(3, 9), (6, 12)])
+def test_iterations_match_the_loop_at_fixed_lengths(gamma, length):
+  """The loop on outputs of exactly `length` tokens takes N(length) iterations on average."""
+  model, tp, dp, alpha = _iid_pair()
+  out = specjax.speculative_decode(model, tp, model, dp, jnp.full((3000, 1), 3, jnp.int32),
+                                   gamma=gamma, max_decode_len=length,
+                                   sampling=specjax.SamplingConfig(temperature=1.0),
+                                   rng=jax.random.PRNGKey(10 + gamma))
+  assert np.all(np.asarray(out.lengths) == length)
+  calls = np.asarray(out.stats.target_calls, np.float64)
+  expected = theory.expected_iterations(alpha, gamma, length)
+  assert abs(calls.mean() - expected) < 5 * calls.std() / np.sqrt(len(calls)) + 1e-3
+  # and the unbounded formula would have been wrong here
+  assert length / theory.expected_tokens_per_call(alpha, gamma) < 0.95 * expected
