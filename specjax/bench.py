@@ -23,7 +23,8 @@ import jax
 import numpy as np
 
 from specjax import bench_rows, benchmark, report
-from specjax.run import ASSETS, DecodeJob, DEMO_PREFIX, load_pair, tokenize
+from specjax.inputs import pad_to_bucket, tokenize
+from specjax.run import ASSETS, DecodeJob, DEMO_PREFIX, load_pair
 from specjax.sampling import SamplingConfig
 
 DEMO_TEST = os.path.join(ASSETS, 'test.jsonl')
@@ -49,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--temperatures', default='0,1')
   p.add_argument('--max-input-len', type=int, default=64)
   p.add_argument('--max-decode-len', type=int, default=48)
+  p.add_argument('--pad-inputs', default='bucket', choices=('bucket', 'max'),
+                 help='as in python -m specjax.decode: each batch padded to a power of two '
+                 'that fits it, or every batch to --max-input-len')
   p.add_argument('--peers', default='', help='"hf": transformers greedy + assisted generation')
   p.add_argument('--json', dest='json_path', help='write the results as one JSON object')
   p.add_argument('--plot', help='write a PNG of measured and predicted speedup vs gamma')
@@ -118,7 +122,8 @@ def run_bench(args) -> dict:
   inputs = inputs[:len(inputs) // size * size]
   if len(inputs) == 0:
     raise ValueError(f'fewer examples than --batch-size {size}; lower it or add inputs')
-  batches = [inputs[i:i + size] for i in range(0, len(inputs), size)]
+  batches = [pad_to_bucket(inputs[i:i + size], args.pad_inputs)
+             for i in range(0, len(inputs), size)]
   repeats = 4 if args.quick else 32
   cache_len = max_len + max(gammas) + 2
   costs = benchmark.step_costs(target, tp, draft, dp, batches[0], max(gammas) + 1,
@@ -145,7 +150,9 @@ def run_bench(args) -> dict:
       'target_step_seconds': costs['target_step_seconds'],
       'draft_step_seconds': costs['draft_step_seconds'],
       'compile_seconds': max(r['compile_seconds'] for r in rows),
-      'traces': max(r['traces'] for r in rows), 'baselines': baselines, 'rows': rows,
+      'traces': max(r['traces'] for r in rows), 'shapes': max(r['shapes'] for r in rows),
+      'input_widths': sorted({b.shape[1] for b in batches}), 'baselines': baselines,
+      'rows': rows,
       'machine': report.machine_info(),
   }
   greedy = [r for r in rows if r['temperature'] == 0.0] or rows
@@ -155,7 +162,8 @@ def run_bench(args) -> dict:
       cache_len, args.rounds)}
   if args.peers == 'hf':
     result['peers'] = report.peer_summary(target, tp, draft, dp, inputs, max_len,
-                                          best['gamma'], greedy_tokens, args.seed)
+                                          best['gamma'], greedy_tokens, args.seed,
+                                          args.pad_inputs)
   return result
 
 

@@ -224,6 +224,15 @@ def _prefill(target, tp, draft, dp, inputs, cfg):
   return decoding._init_state(target, tp, draft, dp, inputs, jax.random.PRNGKey(0), cfg)  # pylint: disable=protected-access
 
 
+def one_per_shape(batches: Sequence[np.ndarray]) -> list:
+  """The first batch of each shape (batches padded to buckets have a few): running them
+  once compiles every program the timed passes will call."""
+  first = {}
+  for x in batches:
+    first.setdefault(np.shape(x), x)
+  return list(first.values())
+
+
 def prefill_seconds(target, tp, draft, dp, batches: Sequence[np.ndarray], gamma: int,
                     max_decode_len: int, trials: int = 3) -> float:
   """Seconds the decodes of `batches` spend before their loops (encoders and prefill).
@@ -234,7 +243,8 @@ def prefill_seconds(target, tp, draft, dp, batches: Sequence[np.ndarray], gamma:
   """
   cfg = LoopConfig(gamma=gamma, max_decode_len=max_decode_len, sampling=SamplingConfig())
   run = lambda x: _prefill(target, tp, draft, dp, jnp.asarray(x, jnp.int32), cfg)
-  jax.block_until_ready(run(batches[0]))
+  for x in one_per_shape(batches):
+    jax.block_until_ready(run(x))
   passes = []
   for _ in range(trials):
     start = time.perf_counter()
@@ -277,12 +287,14 @@ class BatchTimes:
 
 def timed_decode(fn: Callable, batches: Sequence[np.ndarray], passes: int = 3
                  ) -> Dict[str, object]:
-  """Runs fn(batch) over batches (compiled first, untimed) and sums time, tokens and stats.
+  """Runs fn(batch) over batches (compiled first, once per shape, untimed) and sums time,
+  tokens and stats: compile_seconds is the time of those compiling calls.
 
   Each batch's time is the fastest of `passes` runs (see `BatchTimes`).
   """
   start = time.perf_counter()
-  jax.block_until_ready(fn(batches[0]))
+  for x in one_per_shape(batches):
+    jax.block_until_ready(fn(x))
   compile_seconds = time.perf_counter() - start
   timer = BatchTimes(fn, batches)
   for _ in range(passes):

@@ -50,6 +50,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'inputs are an error unless --truncate-inputs')
   p.add_argument('--truncate-inputs', action='store_true', help='cut inputs longer than '
                  '--max-input-len instead of failing')
+  p.add_argument('--pad-inputs', default='bucket', choices=('bucket', 'max'),
+                 help='bucket: pad each batch to the smallest power of two (>= 8) that fits '
+                 'its longest input, one compilation per width; max: pad every batch to '
+                 '--max-input-len, one compilation (T5X\'s fixed feature lengths)')
   p.add_argument('--max-decode-len', type=int, default=64, help='most tokens per output')
   p.add_argument('--dtype', help='activation and cache dtype, e.g. bfloat16')
   p.add_argument('--param-dtype', default='float32', choices=('float32', 'bfloat16'),
@@ -85,6 +89,7 @@ def _job(args: argparse.Namespace) -> DecodeJob:
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
       batch_size=args.batch_size, max_input_len=args.max_input_len,
       max_decode_len=args.max_decode_len, truncate_inputs=args.truncate_inputs,
+      pad_inputs=args.pad_inputs,
       compare=not args.no_compare, dtype=args.dtype, param_dtype=args.param_dtype,
       progress=not args.quiet,
       num_partitions=args.num_partitions, mesh=args.mesh,
@@ -102,6 +107,9 @@ def _print_summary(s: dict) -> None:
   print(f'  {s["tokens_per_second"]:.1f} tokens/s speculative vs '
         f'{fmt(s["baseline_tokens_per_second"], ".1f")} tokens/s target alone: speedup '
         f'{fmt(s["speedup"], ".2f")}x (both compiled before timing)')
+  widths = s.get('input_widths') or []
+  print(f'  inputs padded to width {", ".join(map(str, widths))}: {len(widths)} '
+        f'compilation{"s" if len(widths) > 1 else ""}, {s["compile_seconds"]:.1f} s')
   if s['identical_to_target'] is not None:
     print(f'  identical to the target\'s own greedy output: {s["identical_to_target"]}')
 

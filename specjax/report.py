@@ -69,11 +69,13 @@ def format_table(result: dict) -> str:
   return '\n'.join(lines)
 
 
-def peer_summary(target, tp, draft, dp, inputs, max_len, gamma, greedy_tokens, seed) -> dict:
+def peer_summary(target, tp, draft, dp, inputs, max_len, gamma, greedy_tokens, seed,
+                 pad_inputs: str = 'bucket') -> dict:
   """specjax at batch 1 next to transformers' greedy and assisted generation."""
   from specjax import benchmark, decoding, peers  # pylint: disable=import-outside-toplevel
+  from specjax.inputs import pad_to_bucket  # pylint: disable=import-outside-toplevel
   from specjax.sampling import SamplingConfig  # pylint: disable=import-outside-toplevel
-  rows = [inputs[i:i + 1] for i in range(len(inputs))]
+  rows = [pad_to_bucket(inputs[i:i + 1], pad_inputs) for i in range(len(inputs))]
   rng = jax.random.PRNGKey(seed)
   ours = benchmark.timed_decode(lambda x: decoding.speculative_decode(
       target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_len,
@@ -221,7 +223,8 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
       f'examples ({result.get("select", "first")} lines of the input), batch '
       f'{result["batch_size"]}, max decode length {result["max_decode_len"]}',
       f'- compile time of the first call: {result["compile_seconds"]:.1f} s; traces per '
-      f'(gamma, temperature): {result["traces"]}',
+      f'(gamma, temperature): {result["traces"]}, one per input shape: inputs padded to '
+      f'width {", ".join(map(str, result.get("input_widths", [])))}',
       f'- every figure of a row (both decodes, their prefills, t_1, the verify, the draft '
       f'step, the model calls of one iteration) is timed in {result.get("rounds", 1)} '
       'interleaved rounds and keeps its fastest; c and v in a row are its own',

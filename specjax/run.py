@@ -10,12 +10,13 @@ import json
 import os
 import sys
 import time
-from typing import Iterator, List, Optional, Sequence
+from typing import List, Optional
 
 import jax
 import numpy as np
 
 from specjax import checkpoints, decoding, sharding
+from specjax.inputs import batches, pad_to_bucket, tokenize
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS
 from specjax.sampling import SamplingConfig
@@ -62,6 +63,7 @@ class DecodeJob:
   max_input_len: int = 64
   max_decode_len: int = 64
   truncate_inputs: bool = False
+  pad_inputs: str = 'bucket'  # or 'max' (specjax.inputs.PAD_MODES)
   compare: bool = True
   dtype: Optional[str] = None
   param_dtype: str = 'float32'
@@ -180,25 +182,6 @@ def read_inputs(path: Optional[str], prefix: str) -> List[dict]:
   return examples
 
 
-def tokenize(vocab, texts: Sequence[str], max_len: int, truncate: bool) -> np.ndarray:
-  """Texts -> [B, S] int32 with EOS, right-padded; refuses over-long texts unless truncating."""
-  rows = np.zeros((len(texts), max_len), np.int32)
-  for i, text in enumerate(texts):
-    ids = vocab.encode(text)
-    if len(ids) + 1 > max_len:
-      if not truncate:
-        raise ValueError(f'input {i + 1} has {len(ids) + 1} tokens with EOS, more than '
-                         f'--max-input-len {max_len}; raise it or pass --truncate-inputs')
-      ids = ids[:max_len - 1]
-    rows[i, :len(ids) + 1] = ids + [vocab.eos_id]
-  return rows
-
-
-def batches(num: int, size: int) -> Iterator[slice]:
-  for start in range(0, num, size):
-    yield slice(start, min(start + size, num))
-
-
 def _timed(fn):
   start = time.perf_counter()
   out = jax.block_until_ready(fn())
@@ -235,10 +218,10 @@ def run(job: DecodeJob, on_record=None) -> dict:
                 rules=job_rules(job) if mesh is not None else None)
   rng = jax.random.PRNGKey(job.seed)
 
-  def padded(rows):  # fixed batch shape: one compilation for every batch
+  def padded(rows):  # [B, W]: B fixed, W the batch's bucket (one compilation per width)
     pad = np.zeros((job.batch_size - len(rows), rows.shape[1]), np.int32)
     pad[:, 0] = vocab.eos_id
-    return np.concatenate([rows, pad])
+    return pad_to_bucket(np.concatenate([rows, pad]), job.pad_inputs)
 
   spec = lambda x, key: decoding.speculative_decode(target, tp, draft, dp, x, gamma=job.gamma,
                                                     rng=key, **kwargs)
@@ -250,9 +233,15 @@ def run(job: DecodeJob, on_record=None) -> dict:
     job = dataclasses.replace(job)
     job.gamma, gamma_reason = benchmark.choose_gamma(target, tp, draft, dp, warm, sampling,
                                                      job.max_decode_len)
-  _, compile_seconds = _timed(lambda: spec(warm, rng))
-  if job.compare:
-    _timed(lambda: base(warm, rng))
+  compile_seconds = {}  # width -> seconds of the first (compiling) speculative call
+
+  def compile_once(x):  # a width's first batch compiles, untimed: it is not decode time
+    if x.shape[1] not in compile_seconds:
+      compile_seconds[x.shape[1]] = _timed(lambda: spec(x, rng))[1]
+      if job.compare:
+        _timed(lambda: base(x, rng))
+
+  compile_once(warm)
 
   totals = dict(spec_seconds=0.0, base_seconds=0.0, tokens=0, base_tokens=0, calls=0,
                 accepted=0, drafted=0, beta_sum=0.0, beta_count=0)
@@ -261,6 +250,7 @@ def run(job: DecodeJob, on_record=None) -> dict:
   for index, rows in enumerate(batches(len(examples), job.batch_size)):
     key = jax.random.fold_in(rng, index)
     x = padded(inputs[rows])
+    compile_once(x)
     out, seconds = _timed(lambda: spec(x, key))
     real = rows.stop - rows.start
     totals['spec_seconds'] += seconds
@@ -297,7 +287,8 @@ def run(job: DecodeJob, on_record=None) -> dict:
       tokens_per_call=(t['accepted'] + t['calls']) / max(t['calls'], 1),
       target_calls=t['calls'], generated_tokens=t['tokens'],
       tokens_per_second=t['tokens'] / max(t['spec_seconds'], 1e-9),
-      seconds=t['spec_seconds'], compile_seconds=compile_seconds,
+      seconds=t['spec_seconds'], compile_seconds=sum(compile_seconds.values()),
+      input_widths=sorted(compile_seconds),
       baseline_tokens=t['base_tokens'] if job.compare else None,
       baseline_tokens_per_second=(t['base_tokens'] / t['base_seconds']
                                   if job.compare else None),

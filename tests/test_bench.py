@@ -151,7 +151,7 @@ def test_quick_bench_end_to_end(tmp_path):
   assert bench.main(['--quick', '--json', str(out), '--plot', str(png), '--markdown', str(md),
                      '--peers', 'hf']) == 0
   result = json.loads(out.read_text())
-  assert result['rows'] and result['traces'] == 1
+  assert result['rows'] and result['traces'] == 1 and result['input_widths'] == [8]
   for row in result['rows']:
     for key in ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'speedup',
                 'predicted_speedup', 'prefill_seconds'):
@@ -159,6 +159,7 @@ def test_quick_bench_end_to_end(tmp_path):
     for key in ('loop_speedup', 'efficiency'):  # None when noise swallows a tiny loop
       assert row[key] is None or row[key] > 0, key
     assert row['prefill_seconds'] > 0 and row['iterations'] >= 1
+    assert row['traces'] == row['shapes'] == 1  # one trace per input shape
     assert 0.0 <= row['alpha'] <= 1.0 and 1.0 <= row['tokens_per_call'] <= row['gamma'] + 1
     if row['temperature'] == 0.0:
       assert row['identical_to_target'] is True
