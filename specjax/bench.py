@@ -46,6 +46,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                  help='which --num-examples lines of --input: the first, or the longest '
                  '(longer outputs lose less to the last block, which ends inside EOS)')
   p.add_argument('--batch-size', type=int, default=1, help='1 is the paper\'s setting')
+  p.add_argument('--refill', action='store_true', help='decode all inputs as one stream '
+                 'through --batch-size rows, each taking the next input as soon as it '
+                 'finishes (both decodes); default: fixed batches, each running until its '
+                 'slowest row is done')
   p.add_argument('--gammas', default='1-8', help='e.g. 1-8 or 1,2,4')
   p.add_argument('--temperatures', default='0,1')
   p.add_argument('--max-input-len', type=int, default=64)
@@ -122,21 +126,23 @@ def run_bench(args) -> dict:
   inputs = inputs[:len(inputs) // size * size]
   if len(inputs) == 0:
     raise ValueError(f'fewer examples than --batch-size {size}; lower it or add inputs')
-  batches = [pad_to_bucket(inputs[i:i + size], args.pad_inputs)
-             for i in range(0, len(inputs), size)]
+  slots = size if args.refill else None
+  batches = ([pad_to_bucket(inputs, args.pad_inputs)] if args.refill else
+             [pad_to_bucket(inputs[i:i + size], args.pad_inputs)
+              for i in range(0, len(inputs), size)])
   repeats = 4 if args.quick else 32
   cache_len = max_len + max(gammas) + 2
-  costs = benchmark.step_costs(target, tp, draft, dp, batches[0], max(gammas) + 1,
+  costs = benchmark.step_costs(target, tp, draft, dp, batches[0][:size], max(gammas) + 1,
                                repeats=repeats, cache_len=cache_len)
   rows, baselines = [], {}
   for temperature in temperatures:
     sampling = SamplingConfig(temperature=temperature)
-    base = bench_rows.baseline_run(target, tp, batches, sampling, max_len, args.seed)
+    base = bench_rows.baseline_run(target, tp, batches, sampling, max_len, args.seed, slots)
     baselines[temperature] = {k: base[k] for k in ('seconds', 'num_tokens', 'tokens_per_second',
                                                    'compile_seconds', 'prefill_seconds')}
     for gamma in gammas:
       row = bench_rows.speculative_row(target, tp, draft, dp, batches, gamma, sampling, max_len,
-                                       args.seed, args.rounds, repeats, cache_len)
+                                       args.seed, args.rounds, repeats, cache_len, slots)
       rows.append(row)
       print(report.format_row(row), file=sys.stderr)
     if temperature == 0.0:
@@ -145,7 +151,8 @@ def run_bench(args) -> dict:
       'target': 't5_tiny' if args.quick else args.target,
       'draft': 't5_tiny_draft' if args.quick else args.draft,
       'num_examples': len(inputs), 'select': 'first' if args.quick else args.select,
-      'batch_size': size, 'max_decode_len': max_len, 'rounds': args.rounds,
+      'batch_size': size, 'refill': args.refill, 'max_decode_len': max_len,
+      'rounds': args.rounds,
       'c': costs['c'], 'v': {str(k): x for k, x in costs['v'].items()},
       'target_step_seconds': costs['target_step_seconds'],
       'draft_step_seconds': costs['draft_step_seconds'],
@@ -158,7 +165,7 @@ def run_bench(args) -> dict:
   greedy = [r for r in rows if r['temperature'] == 0.0] or rows
   best = max(greedy, key=lambda r: r['speedup'])
   result['draft_after_sweep'] = {'gamma': best['gamma'], **benchmark.draft_after_sweep(
-      draft, dp, batches[0], best['gamma'], benchmark.params_bytes(tp), repeats,
+      draft, dp, batches[0][:size], best['gamma'], benchmark.params_bytes(tp), repeats,
       cache_len, args.rounds)}
   if args.peers == 'hf':
     result['peers'] = report.peer_summary(target, tp, draft, dp, inputs, max_len,

@@ -15,7 +15,7 @@ from typing import Callable, Dict, Optional
 import jax
 import numpy as np
 
-from specjax import benchmark, decoding, theory
+from specjax import benchmark, decoding, streaming, theory
 from specjax.sampling import SamplingConfig
 
 
@@ -130,15 +130,24 @@ def at_lengths(row: dict, lengths) -> Dict[str, object]:
                                               'variation': f['tokens'] / share}}
 
 
-def _iterations(target_calls: np.ndarray, batch_size: int) -> int:
-  """Loop iterations of all batches: each runs until its busiest row is done."""
-  return int(sum(target_calls[i:i + batch_size].max()
-                 for i in range(0, len(target_calls), batch_size)))
+def decode_fns(target, tp, draft, dp, gamma: int, sampling: SamplingConfig,
+               max_decode_len: int, seed: int = 0, slots: Optional[int] = None):
+  """(speculative, target alone): functions of one batch [B, S], or with `slots` of a
+  stream of inputs [N, S] decoded through that many rows that refill as they finish."""
+  rng = jax.random.PRNGKey(seed)
+  kw = dict(max_decode_len=max_decode_len, sampling=sampling, rng=rng)
+  if slots:
+    return (lambda x: streaming.stream_decode(target, tp, draft, dp, x, slots=slots,
+                                              gamma=gamma, **kw),
+            lambda x: streaming.stream_decode(target, tp, None, None, x, slots=slots,
+                                              gamma=0, **kw))
+  return (lambda x: decoding.speculative_decode(target, tp, draft, dp, x, gamma=gamma, **kw),
+          lambda x: decoding.autoregressive_decode(target, tp, x, **kw))
 
 
 def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: SamplingConfig,
                     max_decode_len: int, seed: int = 0, rounds: int = 3, repeats: int = 32,
-                    cache_len: int = 64) -> dict:
+                    cache_len: int = 64, slots: Optional[int] = None) -> dict:
   """One benchmark row: measured vs predicted speedup for one gamma and sampling setting.
 
   Args:
@@ -150,18 +159,16 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     seed: PRNG seed of both decodes.
     rounds: interleaved rounds (see the module docstring); each figure keeps its fastest.
     repeats, cache_len: of the timed model-call loops (`benchmark.call_seconds`).
+    slots: stream each of `batches` through this many rows that take the next input as
+      they finish (`streaming`); None: each batch is one decode of its B rows.
 
   Returns:
     The row: alpha, tokens per call, tokens/s, speedups, the prediction, efficiency and
     its factors, the interleaved timings (t_1, c, v, model_calls_seconds, ...), compile
     time and traces, and for greedy rows whether the output equals the target's.
   """
-  rng = jax.random.PRNGKey(seed)
-  spec_fn = lambda x: decoding.speculative_decode(
-      target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_decode_len,
-      sampling=sampling, rng=rng)
-  base_fn = lambda x: decoding.autoregressive_decode(
-      target, tp, x, max_decode_len=max_decode_len, sampling=sampling, rng=rng)
+  spec_fn, base_fn = decode_fns(target, tp, draft, dp, gamma, sampling, max_decode_len,
+                                seed, slots)
   traces = decoding.TRACE_COUNTS['speculative']
   start = time.perf_counter()
   shapes = benchmark.one_per_shape(batches)
@@ -171,9 +178,11 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     jax.block_until_ready((spec_fn(x), base_fn(x)))
   spec, base = benchmark.BatchTimes(spec_fn, batches), benchmark.BatchTimes(base_fn, batches)
   x0 = max(shapes, key=lambda x: sum(b.shape == x.shape for b in batches))  # the usual width
+  batch = slots or len(batches[0])
+  x0 = x0[:batch]  # the model calls are timed on B rows
   calls = lambda m, p, k: benchmark.call_seconds(m, p, x0, k, repeats, cache_len, trials=1)
   prefill = lambda d, p, g: benchmark.prefill_seconds(target, tp, d, p, batches, g,
-                                                      max_decode_len, trials=1)
+                                                      max_decode_len, trials=1, slots=slots)
   t = interleaved_minimums({
       'seconds': spec, 'baseline_seconds': base,
       'prefill_seconds': lambda: prefill(draft, dp, gamma),
@@ -197,8 +206,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'baseline_tokens': ref['num_tokens'],
       'tokens_per_second': run['num_tokens'] / t['seconds'],
       'baseline_tokens_per_second': ref['num_tokens'] / t['baseline_seconds'],
-      'iterations': _iterations(s.target_calls, len(batches[0])),
-      'batch_size': len(batches[0]),
+      'iterations': run['iterations'], 'batch_size': batch, 'refill': bool(slots),
       **t, 'c': costs['c'], 'v': costs['v'][gamma + 1],
       **score(t['baseline_seconds'], t['seconds'], alpha, gamma, costs,
               t['baseline_prefill_seconds'], t['prefill_seconds'], run['num_tokens'],
@@ -218,12 +226,11 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
 
 
 def baseline_run(target, tp, batches, sampling: SamplingConfig, max_decode_len: int,
-                 seed: int = 0) -> dict:
+                 seed: int = 0, slots: Optional[int] = None) -> dict:
   """The jitted autoregressive decode over the batches: the target alone's tokens/s."""
-  rng = jax.random.PRNGKey(seed)
-  run = benchmark.timed_decode(lambda x: decoding.autoregressive_decode(
-      target, tp, x, max_decode_len=max_decode_len, sampling=sampling, rng=rng), batches)
+  _, base_fn = decode_fns(target, tp, None, None, 0, sampling, max_decode_len, seed, slots)
+  run = benchmark.timed_decode(base_fn, batches)
   run['tokens_per_second'] = run['num_tokens'] / run['seconds']
   run['prefill_seconds'] = benchmark.prefill_seconds(target, tp, None, None, batches, 0,
-                                                     max_decode_len)
+                                                     max_decode_len, slots=slots)
   return run

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -218,10 +218,15 @@ def step_costs(target, tp, draft, dp, inputs, max_k: int, rounds: int = 3,
           'v': {k: t[k] / t[1] for k in t}}
 
 
-@functools.partial(jax.jit, static_argnames=('target', 'draft', 'cfg'))
-def _prefill(target, tp, draft, dp, inputs, cfg):
-  """What a decode does before its loop: encoders, caches, the first state."""
-  return decoding._init_state(target, tp, draft, dp, inputs, jax.random.PRNGKey(0), cfg)  # pylint: disable=protected-access
+@functools.partial(jax.jit, static_argnames=('target', 'draft', 'cfg', 'slots'))
+def _prefill(target, tp, draft, dp, inputs, cfg, slots=None):
+  """What a decode does before its loop: encoders, caches, the first state. A stream
+  (`slots`) encodes all its inputs and holds caches for its slots only."""
+  if slots is None:
+    return decoding._init_state(target, tp, draft, dp, inputs, jax.random.PRNGKey(0), cfg)  # pylint: disable=protected-access
+  width = cfg.max_decode_len + cfg.gamma + 2
+  models = [(target, tp)] + ([(draft, dp)] if draft is not None else [])
+  return [(m.encode(p, inputs), m.init_cache(slots, width)) for m, p in models]
 
 
 def one_per_shape(batches: Sequence[np.ndarray]) -> list:
@@ -234,7 +239,8 @@ def one_per_shape(batches: Sequence[np.ndarray]) -> list:
 
 
 def prefill_seconds(target, tp, draft, dp, batches: Sequence[np.ndarray], gamma: int,
-                    max_decode_len: int, trials: int = 3) -> float:
+                    max_decode_len: int, trials: int = 3, slots: Optional[int] = None
+                    ) -> float:
   """Seconds the decodes of `batches` spend before their loops (encoders and prefill).
 
   Timed alone, as its own jitted program, so that the loop's share of a decode is
@@ -242,7 +248,7 @@ def prefill_seconds(target, tp, draft, dp, batches: Sequence[np.ndarray], gamma:
   The fastest of `trials` passes over all batches.
   """
   cfg = LoopConfig(gamma=gamma, max_decode_len=max_decode_len, sampling=SamplingConfig())
-  run = lambda x: _prefill(target, tp, draft, dp, jnp.asarray(x, jnp.int32), cfg)
+  run = lambda x: _prefill(target, tp, draft, dp, jnp.asarray(x, jnp.int32), cfg, slots)
   for x in one_per_shape(batches):
     jax.block_until_ready(run(x))
   passes = []
@@ -277,12 +283,14 @@ class BatchTimes:
     return sum(self.best)
 
   def summary(self) -> Dict[str, object]:
-    """Seconds (the per-batch bests), tokens [N, L], lengths [N], stats, num_tokens."""
+    """Seconds (the per-batch bests), tokens [N, L], lengths [N], stats, num_tokens and
+    the loop iterations of all batches."""
     outs = self.outputs
     stats = jax.tree.map(lambda *a: np.concatenate(a), *[o.stats for o in outs])
     lengths = np.concatenate([o.lengths for o in outs])
     return {'seconds': sum(self.best), 'tokens': np.concatenate([o.tokens for o in outs]),
-            'lengths': lengths, 'stats': stats, 'num_tokens': int(lengths.sum())}
+            'lengths': lengths, 'stats': stats, 'num_tokens': int(lengths.sum()),
+            'iterations': sum(int(o.iterations) for o in outs if o.iterations is not None)}
 
 
 def timed_decode(fn: Callable, batches: Sequence[np.ndarray], passes: int = 3

@@ -45,7 +45,10 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--top-k', type=int, default=0, help='0 keeps every token')
   p.add_argument('--top-p', type=float, default=1.0, help='1 keeps every token')
   p.add_argument('--seed', type=int, default=0, help='sampling seed')
-  p.add_argument('--batch-size', type=int, default=8)
+  p.add_argument('--batch-size', type=int, default=8, help='rows decoded at once')
+  p.add_argument('--no-refill', action='store_true', help='decode fixed batches, each '
+                 'running until its slowest row is done (default: a finished row takes the '
+                 'next input at once; always fixed batches on a mesh)')
   p.add_argument('--max-input-len', type=int, default=64, help='encoder length; longer '
                  'inputs are an error unless --truncate-inputs')
   p.add_argument('--truncate-inputs', action='store_true', help='cut inputs longer than '
@@ -89,7 +92,7 @@ def _job(args: argparse.Namespace) -> DecodeJob:
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
       batch_size=args.batch_size, max_input_len=args.max_input_len,
       max_decode_len=args.max_decode_len, truncate_inputs=args.truncate_inputs,
-      pad_inputs=args.pad_inputs,
+      pad_inputs=args.pad_inputs, refill=not args.no_refill,
       compare=not args.no_compare, dtype=args.dtype, param_dtype=args.param_dtype,
       progress=not args.quiet,
       num_partitions=args.num_partitions, mesh=args.mesh,

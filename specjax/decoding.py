@@ -32,11 +32,13 @@ class DecodeOutput:
     tokens: [B, L] int32, generated tokens, EOS included, pad after it.
     lengths: [B] int32, generated tokens per row (EOS included).
     stats: per-row DecodeStats.
+    iterations: scalar int32, loop iterations run (None where not recorded).
   """
 
   tokens: jax.Array
   lengths: jax.Array
   stats: DecodeStats
+  iterations: Optional[jax.Array] = None
 
 
 def _init_state(model, params, draft, draft_params, inputs, rng, cfg: LoopConfig):
@@ -168,7 +170,7 @@ def _loop(body, state: DecodeState, cfg: LoopConfig) -> DecodeState:
 def _output(state: DecodeState, cfg: LoopConfig) -> DecodeOutput:
   """The DecodeOutput of a final state."""
   return DecodeOutput(tokens=extract_output(state, cfg), lengths=state.length,
-                      stats=state.stats)
+                      stats=state.stats, iterations=state.step)
 
 
 def _run(body, state: DecodeState, cfg: LoopConfig) -> DecodeOutput:

@@ -15,6 +15,7 @@ _COLUMNS = ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'tokens_per_seco
             'efficiency_at_lengths')
 # The efficiency's factors (bench_rows.efficiency_factors), shown after the columns.
 _FACTORS = ('tokens', 'calls', 'loop', 'baseline')
+_REFILLED = ' (one stream: a finished row takes the next input)'
 
 
 def machine_info() -> dict:
@@ -127,7 +128,8 @@ def plot(result: dict, path: str) -> None:
   ax.axhline(1.0, color='grey', lw=0.8)
   ax.set_xlabel('gamma (draft tokens per target call)')
   ax.set_ylabel('speedup over the target alone')
-  ax.set_title(f'{result["target"]} + {result["draft"]}, batch {result["batch_size"]}')
+  ax.set_title(f'{result["target"]} + {result["draft"]}, batch {result["batch_size"]}'
+               + (', refilled' if result.get('refill') else ''))
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
@@ -221,7 +223,8 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
       f'{m["python"]}, jax {m["jax"]}, flax {m["flax"]}',
       f'- pair: target {result["target"]}, draft {result["draft"]}; {result["num_examples"]} '
       f'examples ({result.get("select", "first")} lines of the input), batch '
-      f'{result["batch_size"]}, max decode length {result["max_decode_len"]}',
+      f'{result["batch_size"]}{_REFILLED if result.get("refill") else ""}, '
+      f'max decode length {result["max_decode_len"]}',
       f'- compile time of the first call: {result["compile_seconds"]:.1f} s; traces per '
       f'(gamma, temperature): {result["traces"]}, one per input shape: inputs padded to '
       f'width {", ".join(map(str, result.get("input_widths", [])))}',

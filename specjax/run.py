@@ -15,7 +15,7 @@ from typing import List, Optional
 import jax
 import numpy as np
 
-from specjax import checkpoints, decoding, sharding
+from specjax import checkpoints, decoding, sharding, streaming
 from specjax.inputs import batches, pad_to_bucket, tokenize
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS
@@ -39,6 +39,8 @@ DEFAULT_CHECKPOINTS = {
 DEMO_VOCAB = os.path.join(ASSETS, 'spm.model')
 T5_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 DEMO_SAMPLES = os.path.join(ASSETS, 'samples.jsonl')
+# With refill, one decode call streams up to this many batches' worth of inputs.
+REFILL_BATCHES = 4
 
 
 @dataclasses.dataclass
@@ -64,6 +66,7 @@ class DecodeJob:
   max_decode_len: int = 64
   truncate_inputs: bool = False
   pad_inputs: str = 'bucket'  # or 'max' (specjax.inputs.PAD_MODES)
+  refill: bool = True  # a finished row takes the next input (specjax.streaming); no mesh
   compare: bool = True
   dtype: Optional[str] = None
   param_dtype: str = 'float32'
@@ -214,32 +217,35 @@ def run(job: DecodeJob, on_record=None) -> dict:
   examples = read_inputs(job.input, prefix)
   inputs = tokenize(vocab, [e['inputs'] for e in examples], job.max_input_len,
                     job.truncate_inputs)  # [N, S]
-  kwargs = dict(max_decode_len=job.max_decode_len, sampling=sampling, mesh=mesh,
-                rules=job_rules(job) if mesh is not None else None)
   rng = jax.random.PRNGKey(job.seed)
+  refill = job.refill and mesh is None
+  # A unit is one decode call: a batch of B rows, or with refill a stream of up to
+  # REFILL_BATCHES * B inputs through B rows (inputs padded to a fixed count: one
+  # compilation per width).
+  unit = job.batch_size * (REFILL_BATCHES if refill else 1)
+  unit = min(unit, -(-len(examples) // job.batch_size) * job.batch_size)
 
-  def padded(rows):  # [B, W]: B fixed, W the batch's bucket (one compilation per width)
-    pad = np.zeros((job.batch_size - len(rows), rows.shape[1]), np.int32)
+  def padded(rows):  # [unit, W]: W the bucket of the unit's longest input
+    pad = np.zeros((unit - len(rows), rows.shape[1]), np.int32)
     pad[:, 0] = vocab.eos_id
     return pad_to_bucket(np.concatenate([rows, pad]), job.pad_inputs)
 
-  spec = lambda x, key: decoding.speculative_decode(target, tp, draft, dp, x, gamma=job.gamma,
-                                                    rng=key, **kwargs)
-  base = lambda x, key: decoding.autoregressive_decode(target, tp, x, rng=key, **kwargs)
-  warm = padded(inputs[:job.batch_size])
+  warm = padded(inputs[:unit])
   gamma_reason = None
   if job.gamma == 'auto':
     from specjax import benchmark  # pylint: disable=import-outside-toplevel
     job = dataclasses.replace(job)
-    job.gamma, gamma_reason = benchmark.choose_gamma(target, tp, draft, dp, warm, sampling,
+    job.gamma, gamma_reason = benchmark.choose_gamma(target, tp, draft, dp,
+                                                     warm[:job.batch_size], sampling,
                                                      job.max_decode_len)
+  spec, base = _decoders(job, target, tp, draft, dp, sampling, mesh, refill)
   compile_seconds = {}  # width -> seconds of the first (compiling) speculative call
 
-  def compile_once(x):  # a width's first batch compiles, untimed: it is not decode time
+  def compile_once(x):  # a width's first unit compiles, untimed: it is not decode time
     if x.shape[1] not in compile_seconds:
-      compile_seconds[x.shape[1]] = _timed(lambda: spec(x, rng))[1]
+      compile_seconds[x.shape[1]] = _timed(lambda: spec(x, len(x), rng))[1]
       if job.compare:
-        _timed(lambda: base(x, rng))
+        _timed(lambda: base(x, len(x), rng))
 
   compile_once(warm)
 
@@ -247,12 +253,12 @@ def run(job: DecodeJob, on_record=None) -> dict:
                 accepted=0, drafted=0, beta_sum=0.0, beta_count=0)
   identical = True
   progress = _progress(len(examples), job.progress)
-  for index, rows in enumerate(batches(len(examples), job.batch_size)):
+  for index, rows in enumerate(batches(len(examples), unit)):
     key = jax.random.fold_in(rng, index)
     x = padded(inputs[rows])
     compile_once(x)
-    out, seconds = _timed(lambda: spec(x, key))
     real = rows.stop - rows.start
+    out, seconds = _timed(lambda: spec(x, real, key))
     totals['spec_seconds'] += seconds
     s = jax.tree.map(lambda a: np.asarray(a)[:real], out.stats)
     tokens, lengths = np.asarray(out.tokens)[:real], np.asarray(out.lengths)[:real]
@@ -263,7 +269,7 @@ def run(job: DecodeJob, on_record=None) -> dict:
     totals['beta_sum'] += float(s.beta_sum.sum())
     totals['beta_count'] += int(s.beta_count.sum())
     if job.compare:
-      ref, base_seconds = _timed(lambda: base(x, key))
+      ref, base_seconds = _timed(lambda: base(x, real, key))
       totals['base_seconds'] += base_seconds
       totals['base_tokens'] += int(np.asarray(ref.lengths)[:real].sum())
       if sampling.greedy:
@@ -300,6 +306,21 @@ def run(job: DecodeJob, on_record=None) -> dict:
       backend=jax.default_backend(), devices=jax.device_count(),
       mesh=dict(mesh.shape) if mesh is not None else None)
   return summary
+
+
+def _decoders(job: DecodeJob, target, tp, draft, dp, sampling, mesh, refill: bool):
+  """(speculative, target alone): functions of (inputs [U, W], inputs used, key)."""
+  kw = dict(max_decode_len=job.max_decode_len, sampling=sampling)
+  if refill:
+    def stream(d, p, gamma):
+      return lambda x, num, key: streaming.stream_decode(
+          target, tp, d, p, x, slots=job.batch_size, gamma=gamma, num_inputs=num, rng=key,
+          **kw)
+    return stream(draft, dp, job.gamma), stream(None, None, 0)
+  kw.update(mesh=mesh, rules=job_rules(job) if mesh is not None else None)
+  return (lambda x, num, key: decoding.speculative_decode(target, tp, draft, dp, x,
+                                                          gamma=job.gamma, rng=key, **kw),
+          lambda x, num, key: decoding.autoregressive_decode(target, tp, x, rng=key, **kw))
 
 
 def _progress(total: int, enabled: bool):

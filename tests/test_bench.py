@@ -22,12 +22,6 @@ def test_score_on_hand_made_timings():
   assert lost['loop_speedup'] is None and lost['efficiency'] is None
 
 
-def test_iterations_count_the_busiest_row_of_each_batch():
-  import numpy as np
-  assert bench_rows._iterations(np.array([3, 5, 2, 2, 7, 1]), 2) == 5 + 2 + 7
-  assert bench_rows._iterations(np.array([3, 5, 2]), 1) == 10
-
-
 def test_best_gamma_uses_the_measured_verify_cost():
   flat = {k: 1.0 for k in range(1, 10)}
   steep = {k: 1.0 + 0.6 * (k - 1) for k in range(1, 10)}  # a compute-bound verify

@@ -40,10 +40,11 @@ def test_bucketed_decode_matches_fixed_width_and_compiles_once_per_width(tmp_pat
   src.write_text('Print the page\nOpen the file\n' + 'Unable to open the file because the '
                  'folder it is stored in could not be found on this computer\n')
 
-  def decode(pad):
+  def decode(pad):  # fixed batches of one: each input its own width
     records = []
     summary = run.run(run.DecodeJob(input=str(src), gamma=3, batch_size=1, max_decode_len=32,
-                                    pad_inputs=pad, progress=False), records.append)
+                                    pad_inputs=pad, refill=False, progress=False),
+                      records.append)
     return summary, [r['prediction'] for r in records]
 
   traces = decoding.TRACE_COUNTS['speculative']

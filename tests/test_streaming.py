@@ -1,0 +1,117 @@
+"""Streaming: B slots over N inputs, a finished row taking the next input at once."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specjax
+from specjax import streaming
+from specjax.models.markov import MarkovModel
+from specjax.models.t5 import T5
+from specjax.models.t5_config import t5_tiny, t5_tiny_draft
+from stats_util import chi_square_pvalue, enumerate_markov
+
+
+def _pair(eos_bias=0.9):
+  target, draft = T5(t5_tiny), T5(t5_tiny_draft)
+  tp, dp = target.init(jax.random.PRNGKey(0)), draft.init(jax.random.PRNGKey(1))
+  kernel = tp['decoder']['logits_dense']['kernel']  # rows stop at different steps
+  tp['decoder']['logits_dense']['kernel'] = kernel.at[:, 1].add(eos_bias)
+  return target, tp, draft, dp
+
+
+def _inputs(n=10, width=8, seed=6):
+  rng = np.random.default_rng(seed)
+  rows = np.zeros((n, width), np.int32)
+  for i in range(n):
+    length = rng.integers(2, width + 1)
+    rows[i, :length - 1] = rng.integers(3, 32, length - 1)
+    rows[i, length - 1] = 1
+  return rows
+
+
+def test_greedy_stream_equals_each_inputs_own_decode():
+  target, tp, draft, dp = _pair()
+  inputs = _inputs()
+  ref = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=12)
+  assert len(set(np.asarray(ref.lengths).tolist())) >= 5  # rows finish apart
+  fixed = specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=3,
+                                     max_decode_len=12)
+  for slots in (1, 3, 4):
+    out = streaming.stream_decode(target, tp, draft, dp, inputs, slots=slots, gamma=3,
+                                  max_decode_len=12)
+    iterations = out.iterations
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_array_equal(out.lengths, ref.lengths)
+    # each row's own counters are those of its decode in a fixed batch
+    for name in ('target_calls', 'accepted', 'drafted', 'beta_count'):
+      np.testing.assert_array_equal(getattr(out.stats, name), getattr(fixed.stats, name))
+    # fixed batches of `slots` rows run until their busiest row is done; slots do not wait
+    calls = np.asarray(fixed.stats.target_calls)
+    batched = sum(calls[i:i + slots].max() for i in range(0, len(calls), slots))
+    assert int(specjax.speculative_decode(target, tp, draft, dp, inputs[:slots], gamma=3,
+                                          max_decode_len=12).iterations) == calls[:slots].max()
+    assert int(iterations) <= batched
+    if slots == 3:
+      assert int(iterations) < batched
+  alone = streaming.stream_decode(target, tp, None, None, inputs, slots=4, gamma=0,
+                                     max_decode_len=12)
+  np.testing.assert_array_equal(alone.tokens, ref.tokens)
+  np.testing.assert_array_equal(alone.stats.target_calls, ref.lengths)
+
+
+def test_only_the_first_num_inputs_are_decoded():
+  target, tp, draft, dp = _pair()
+  inputs = _inputs()
+  ref = specjax.autoregressive_decode(target, tp, inputs[:5], max_decode_len=12)
+  out = streaming.stream_decode(target, tp, draft, dp, inputs, slots=3, gamma=2,
+                                   max_decode_len=12, num_inputs=5)
+  np.testing.assert_array_equal(out.tokens[:5], ref.tokens)
+  assert not np.asarray(out.tokens[5:]).any() and not np.asarray(out.lengths[5:]).any()
+  assert not np.asarray(out.stats.target_calls[5:]).any()
+
+
+def test_bad_arguments():
+  target, tp, draft, dp = _pair()
+  with pytest.raises(ValueError, match='slots'):
+    streaming.stream_decode(target, tp, draft, dp, _inputs(), slots=0, gamma=2,
+                            max_decode_len=4)
+  with pytest.raises(ValueError, match='gamma'):
+    streaming.stream_decode(target, tp, draft, dp, _inputs(), slots=2, gamma=0,
+                            max_decode_len=4)
+
+
+def test_sampled_stream_follows_the_target():
+  """Chi-square of the first three tokens against exactly enumerated probabilities."""
+  vocab, start, n, steps = 6, 3, 12_000, 3
+  model = MarkovModel(vocab)
+  tp = model.init(jax.random.PRNGKey(10), scale=1.5)
+  dp = model.init(jax.random.PRNGKey(11), scale=3.0)
+  config = specjax.SamplingConfig(temperature=1.0)
+  out = streaming.stream_decode(model, tp, model, dp, jnp.full((n, 1), start, jnp.int32),
+                                   slots=64, gamma=2, max_decode_len=steps, sampling=config,
+                                   rng=jax.random.PRNGKey(4))
+  expected = enumerate_markov(model.transition_probs(tp, config), start, steps)
+  assert chi_square_pvalue(np.asarray(out.tokens), expected) > 1e-3
+  assert 0.05 < out.stats.acceptance_rate < 0.95
+
+
+def test_decode_job_with_refill_matches_fixed_batches(tmp_path):
+  """The CLI's job: same records, in input order, with and without refill."""
+  from specjax import run
+  src = tmp_path / 'in.txt'
+  src.write_text('\n'.join(['Print the page', 'Open the file', 'Save changes before closing?',
+                            'Unable to open the file', 'Close the window', 'Quit',
+                            'Delete the selected messages', 'Undo']) + '\n')
+
+  def decode(refill):
+    records = []
+    summary = run.run(run.DecodeJob(input=str(src), gamma=3, batch_size=3, max_decode_len=24,
+                                    refill=refill, progress=False), records.append)
+    return summary, records
+
+  streamed, streamed_records = decode(True)
+  fixed, fixed_records = decode(False)
+  assert streamed['identical_to_target'] is True and fixed['identical_to_target'] is True
+  assert streamed_records == fixed_records  # predictions, counts, order
+  assert streamed['generated_tokens'] == fixed['generated_tokens']
