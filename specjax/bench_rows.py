@@ -169,7 +169,8 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
   """
   spec_fn, base_fn = decode_fns(target, tp, draft, dp, gamma, sampling, max_decode_len,
                                 seed, slots)
-  traces = decoding.TRACE_COUNTS['speculative']
+  counter = 'streaming' if slots else 'speculative'
+  traces = decoding.TRACE_COUNTS[counter]
   start = time.perf_counter()
   shapes = benchmark.one_per_shape(batches)
   jax.block_until_ready(spec_fn(shapes[0]))
@@ -212,7 +213,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
               t['baseline_prefill_seconds'], t['prefill_seconds'], run['num_tokens'],
               ref['num_tokens']),
       'compile_seconds': compile_seconds,
-      'traces': decoding.TRACE_COUNTS['speculative'] - traces, 'shapes': len(shapes),
+      'traces': decoding.TRACE_COUNTS[counter] - traces, 'shapes': len(shapes),
   }
   row['factors'] = efficiency_factors(row)
   row.update(at_lengths(row, run['lengths']))

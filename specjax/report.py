@@ -159,6 +159,8 @@ def reading(result: dict) -> str:
   expected = theory.expected_tokens_per_call(min(best['alpha'], 1.0), g)
   rest = per_iteration - together
   split = best.get('tokens_split')
+  idle = ('' if batch == 1 else '; slots idle at the stream\'s end' if result.get('refill')
+          else '; rows that are done idle until their batch\'s last row is')
   lengths = ('' if not split else
              f' The formula assumes outputs without end; on outputs of these lengths, each '
              f'ending inside its last block, the same alpha yields '
@@ -198,7 +200,7 @@ def reading(result: dict) -> str:
       f'x{f["baseline"]:.2f}, credited to specjax). An iteration yields {tokens:.2f} tokens '
       f'{"" if batch == 1 else "per row "}against the formula\'s E = {expected:.2f} at '
       f'alpha {best["alpha"]:.3f} (x{f["tokens"]:.2f}: outputs end inside a block, and the '
-      f'drafts past EOS are lost{"" if batch == 1 else "; rows that are done idle"}).'
+      f'drafts past EOS are lost{idle}).'
       f'{lengths} '
       f'The loops run {_x(best["loop_speedup"])}x faster than the target alone; the formula '
       f'predicts {best["predicted_speedup"]:.2f}x, so the efficiency is '

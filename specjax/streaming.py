@@ -157,7 +157,7 @@ def _stream(target, tp, draft, dp, inputs, num_inputs, rng, cfg: LoopConfig, slo
 
 @functools.partial(jax.jit, static_argnames=('target', 'draft', 'cfg', 'slots'))
 def _stream_jit(target, tp, draft, dp, inputs, num_inputs, rng, cfg, slots):
-  decoding.TRACE_COUNTS['streaming'] += 1
+  decoding.TRACE_COUNTS['streaming' if draft is not None else 'streaming_autoregressive'] += 1
   return _stream(target, tp, draft, dp, inputs, num_inputs, rng, cfg, slots)
 
 

@@ -247,3 +247,16 @@ def test_draft_after_sweep_times_the_draft_block_and_the_read():
   assert min(out['draft_block_seconds'], out['sweep_seconds'], out['alternating_seconds']) > 0
   # the draft block is the decode's: a catch-up pair, then G - 1 single steps
   assert set(log) == {(2, 2), (2, 1)} and log[:2] == [(2, 2), (2, 1)]
+
+
+def test_quick_bench_with_refill(tmp_path):
+  out = tmp_path / 'b.json'
+  assert bench.main(['--quick', '--batch-size', '2', '--refill', '--temperatures', '0',
+                     '--json', str(out)]) == 0
+  result = json.loads(out.read_text())
+  assert result['refill'] is True and result['batch_size'] == 2
+  for row in result['rows']:
+    assert row['refill'] is True and row['identical_to_target'] is True
+    assert row['traces'] == row['shapes'] == 1  # the stream compiles once per shape
+    # one stream of 4 inputs through 2 slots: at least 2 iterations, fewer than 4 x 8
+    assert 2 <= row['iterations'] < 32
