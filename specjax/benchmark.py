@@ -224,7 +224,7 @@ def _prefill(target, tp, draft, dp, inputs, cfg, slots=None):
   (`slots`) encodes all its inputs and holds caches for its slots only."""
   if slots is None:
     return decoding._init_state(target, tp, draft, dp, inputs, jax.random.PRNGKey(0), cfg)  # pylint: disable=protected-access
-  width = cfg.max_decode_len + cfg.gamma + 2
+  width = cfg.width(1)
   models = [(target, tp)] + ([(draft, dp)] if draft is not None else [])
   return [(m.encode(p, inputs), m.init_cache(slots, width)) for m, p in models]
 

@@ -45,7 +45,7 @@ def _init_state(model, params, draft, draft_params, inputs, rng, cfg: LoopConfig
   """Encodes, prefills both caches with the decoder prompt, and builds the first state."""
   prompt, prompt_len = model.decoder_prompt(inputs)  # [B, P], [B]
   batch, prompt_width = prompt.shape
-  width = prompt_width + cfg.max_decode_len + cfg.gamma + 1
+  width = cfg.width(prompt_width)
   seq = jnp.zeros((batch, width), jnp.int32).at[:, :prompt_width].set(prompt)
   positions = jnp.zeros((batch,), jnp.int32)
 

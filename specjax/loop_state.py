@@ -33,6 +33,11 @@ class LoopConfig:
   eos_id: int = 1
   pad_id: int = 0
 
+  def width(self, prompt_width: int) -> int:
+    """W, the sequence buffer and cache length: the prompt, L tokens, and room for a
+    last block of G + 1 that runs past L."""
+    return prompt_width + self.max_decode_len + self.gamma + 1
+
 
 @flax.struct.dataclass
 class DecodeStats:

@@ -119,7 +119,7 @@ def _stream(target, tp, draft, dp, inputs, num_inputs, rng, cfg: LoopConfig, slo
   # then project every input again each time a row finishes.
   target_all, draft_all = jax.lax.optimization_barrier(
       (target.encode(tp, inputs), draft.encode(dp, inputs) if draft is not None else {}))
-  width = 1 + cfg.max_decode_len + cfg.gamma + 1
+  width = cfg.width(1)
   first = jnp.arange(slots)
   has_input = first < num_inputs
   seq, prompt_len = _fresh_rows(target, inputs[:slots], width)

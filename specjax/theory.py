@@ -5,6 +5,7 @@ and v(K) the cost of a K-token target call over a 1-token call (1 in the paper's
 """
 from __future__ import annotations
 
+import collections
 from typing import Callable, Optional, Sequence
 
 
@@ -101,12 +102,7 @@ def tokens_per_iteration_at_lengths(alpha: float, gamma: int,
   Returns:
     sum(lengths) / sum(N(length)), or E when there are no tokens.
   """
-  cache = {}
-  total = 0.0
-  for n in lengths:
-    n = int(n)
-    if n not in cache:
-      cache[n] = expected_iterations(alpha, gamma, n)
-    total += cache[n]
-  tokens = float(sum(int(n) for n in lengths))
+  counts = collections.Counter(int(n) for n in lengths)
+  total = sum(k * expected_iterations(alpha, gamma, n) for n, k in counts.items())
+  tokens = float(sum(n * k for n, k in counts.items()))
   return tokens / total if total > 0 else expected_tokens_per_call(alpha, gamma)
