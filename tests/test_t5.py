@@ -214,8 +214,7 @@ def test_decode_loop_relayouts_no_cache_and_no_cross_kv():
   text = decoding._speculative_jit.lower(  # pylint: disable=protected-access
       target, params[0], draft, params[1], inputs, jax.random.PRNGKey(0),
       cfg).compile().as_text()
-  loop_text = '\n'.join(c for c in text.split('\n\n') if not c.lstrip().startswith(
-      ('ENTRY', '%fused', 'fused', '%wrapped', 'wrapped')))
+  loop_text = '\n'.join(_loop_bodies(text))
   squeeze = lambda dims: tuple(d for d in dims if d != 1)
   leaves = [(m.init_cache(1, 37), jax.eval_shape(m.encode, p, inputs)['cross'])
             for m, p in zip((target, draft), params)]
@@ -227,6 +226,42 @@ def test_decode_loop_relayouts_no_cache_and_no_cross_kv():
     if math.prod(shape) >= smallest and shape not in leaf_shapes:
       relayouts.append((name, shape))
   assert not relayouts, (relayouts, leaf_shapes)
+
+
+def _loop_bodies(text: str) -> list:
+  """The computations of a compiled HLO text other than the entry and the fusions."""
+  return [c for c in text.split('\n\n') if not c.lstrip().startswith(
+      ('ENTRY', '%fused', 'fused', '%wrapped', 'wrapped'))]
+
+
+@pytest.mark.parametrize('gamma', [0, 3], ids=['target_alone', 'speculative'])
+def test_batch_one_steps_copy_each_cache_leaf_at_most_once(gamma):
+  """At B = 1 a one-token call copies each cache leaf once at most (a new buffer for the
+  loop's carry). Written as a dynamic-update-slice, XLA:CPU cloned the write into the
+  attention's matrix-vector products and copied every leaf 4 times per draft step and per
+  target-alone step."""
+  target, draft = T5(T5_CONFIGS['demo_target']), T5(T5_CONFIGS['demo_draft'])
+  params = [jax.eval_shape(m.init, jax.random.key(0)) for m in (target, draft)]
+  cfg = LoopConfig(gamma=gamma, max_decode_len=32, sampling=SamplingConfig())
+  inputs = jax.ShapeDtypeStruct((1, 16), jnp.int32)
+  if gamma:
+    lowered = decoding._speculative_jit.lower(  # pylint: disable=protected-access
+        target, params[0], draft, params[1], inputs, jax.random.PRNGKey(0), cfg)
+  else:
+    lowered = decoding._autoregressive_jit.lower(  # pylint: disable=protected-access
+        target, params[0], inputs, jax.random.PRNGKey(0), cfg)
+  width = cfg.width(1)
+  leaves = {}
+  for model in (target, draft) if gamma else (target,):
+    for leaf in jax.tree.leaves(model.init_cache(1, width)):
+      dims = ','.join(map(str, leaf.shape))
+      leaves[dims] = leaves.get(dims, 0) + 1
+  bodies = _loop_bodies(lowered.compile().as_text())
+  assert bodies
+  for body in bodies:
+    for dims, count in leaves.items():
+      copies = len(re.findall(rf'= f32\[{dims}\]\{{[^}}]*\}} copy\(', body))
+      assert copies <= count, (dims, copies, body.split('\n', 1)[0][:80])
 
 
 def test_demo_draft_step_costs_under_a_tenth_of_the_target():

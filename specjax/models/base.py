@@ -71,9 +71,17 @@ def causal_mask(positions: jax.Array, num_tokens: int, max_len: int) -> jax.Arra
 def write_cache(cache: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:
   """Writes new [B, ..., K] into cache [B, ..., T] (heads-major: positions last) at per-row
   offsets positions [B]."""
+  new = new.astype(cache.dtype)
+  if cache.shape[0] == 1 and new.shape[-1] == 1:
+    # One row, one token (a draft step, or the target alone at batch 1): a select over the
+    # whole cache. As a dynamic-update-slice, XLA:CPU cloned the write into each reader of
+    # the cache (the attention's matrix-vector products) and copied every cache leaf 4
+    # times per step; the select copies it once. Every other shape updates in place.
+    at = jnp.arange(cache.shape[-1]) == positions[0]  # [T]
+    return jnp.where(at, new, cache)
 
   def one_row(row_cache, row_new, pos):
     start = (0,) * (row_cache.ndim - 1) + (pos,)
-    return jax.lax.dynamic_update_slice(row_cache, row_new.astype(row_cache.dtype), start)
+    return jax.lax.dynamic_update_slice(row_cache, row_new, start)
 
   return jax.vmap(one_row)(cache, new, positions)
