@@ -19,22 +19,33 @@ from specjax import benchmark, decoding, streaming, theory
 from specjax.sampling import SamplingConfig
 
 
-def interleaved_minimums(jobs: Dict[str, Callable[[], float]], rounds: int
-                         ) -> Dict[str, float]:
-  """Runs every job once per round, for `rounds` rounds; each keeps its smallest result.
+def interleaved_rounds(jobs: Dict[str, Callable[[], float]], rounds: int
+                       ) -> Dict[str, list]:
+  """Runs every job once per round, for `rounds` rounds, the jobs in turn in each round.
 
   Args:
     jobs: name -> a callable that times something and returns seconds.
     rounds: how many times each job runs.
 
   Returns:
-    name -> the fastest of its rounds.
+    name -> its results, one per round, in order.
   """
-  best = {name: float('inf') for name in jobs}
+  results = {name: [] for name in jobs}
   for _ in range(max(rounds, 1)):
     for name, job in jobs.items():
-      best[name] = min(best[name], job())
-  return best
+      results[name].append(job())
+  return results
+
+
+def interleaved_minimums(jobs: Dict[str, Callable[[], float]], rounds: int
+                         ) -> Dict[str, float]:
+  """`interleaved_rounds`, each job keeping its smallest result (name -> seconds)."""
+  return {name: min(times) for name, times in interleaved_rounds(jobs, rounds).items()}
+
+
+def spread(times) -> float:
+  """How much slower the slowest of repeated timings is than the fastest: max/min - 1."""
+  return max(times) / max(min(times), 1e-12) - 1.0
 
 
 def score(baseline_seconds: float, seconds: float, alpha: float, gamma: int,
@@ -184,7 +195,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
   calls = lambda m, p, k: benchmark.call_seconds(m, p, x0, k, repeats, cache_len, trials=1)
   prefill = lambda d, p, g: benchmark.prefill_seconds(target, tp, d, p, batches, g,
                                                       max_decode_len, trials=1, slots=slots)
-  t = interleaved_minimums({
+  timings = interleaved_rounds({
       'seconds': spec, 'baseline_seconds': base,
       'prefill_seconds': lambda: prefill(draft, dp, gamma),
       'baseline_prefill_seconds': lambda: prefill(None, None, 0),
@@ -193,6 +204,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'model_calls_seconds': lambda: benchmark.model_calls_seconds(
           target, tp, draft, dp, x0, gamma, repeats, cache_len, trials=1),
   }, rounds)
+  t = {name: min(times) for name, times in timings.items()}
   run, ref = spec.summary(), base.summary()
   s = run['stats']
   num_calls = int(s.target_calls.sum())
@@ -214,6 +226,8 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
               ref['num_tokens']),
       'compile_seconds': compile_seconds,
       'traces': decoding.TRACE_COUNTS[counter] - traces, 'shapes': len(shapes),
+      # Noise: how much slower each figure's slowest round was than its fastest.
+      'spread': {name: spread(times) for name, times in timings.items()},
   }
   row['factors'] = efficiency_factors(row)
   row.update(at_lengths(row, run['lengths']))

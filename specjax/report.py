@@ -44,6 +44,26 @@ def format_row(row: dict) -> str:
              if row.get('factors') else ''))
 
 
+# The figures whose noise the report names (keys of a row's 'spread').
+_NOISE = (('t_1', 't_1'), ('seconds', 'the speculative decodes'),
+          ('baseline_seconds', 'the target-alone decodes'))
+
+
+def noise(result: dict) -> str:
+  """One line on timing noise: how much slower a figure's slowest round was than its
+  fastest, as a median over the rows ('' when the rows have no rounds to compare)."""
+  spreads = [r['spread'] for r in result['rows'] if r.get('spread')]
+  if not spreads or result.get('rounds', 1) < 2:
+    return ''
+  median = lambda values: float(np.median(values))
+  overall = median([x for s in spreads for x in s.values()])
+  named = ', '.join(f'{label} {median([s[k] for s in spreads if k in s]):.0%}'
+                    for k, label in _NOISE)
+  return (f'timing noise: the slowest of a figure\'s {result["rounds"]} rounds was slower '
+          f'than its fastest by {overall:.0%} (median over {len(spreads)} rows and every '
+          f'figure; {named}); a ratio of two figures can move by as much from run to run')
+
+
 def format_table(result: dict) -> str:
   """The rows as a markdown table (what the terminal and the report show)."""
   header = list(_COLUMNS) + [f'x {f}' for f in _FACTORS] + ['identical']
@@ -61,6 +81,8 @@ def format_table(result: dict) -> str:
                f' / target step {result["target_step_seconds"] * 1e3:.3f} ms); {v}')
   for t, base in result['baselines'].items():
     lines.append(f'target alone, T={t}: {base["tokens_per_second"]:.1f} tokens/s')
+  if noise(result):
+    lines.append(noise(result))
   if 'peers' in result:
     p = result['peers']
     lines.append(f'peers (greedy, batch 1, gamma {p["gamma"]}): ' + ', '.join(

@@ -92,6 +92,28 @@ def test_interleaved_minimums_run_every_job_each_round_and_keep_the_fastest():
   assert order == ['a', 'b'] * 3
 
 
+def test_interleaved_rounds_keep_every_round_and_spread_compares_extremes():
+  times = {'a': iter([3.0, 1.0, 2.0]), 'b': iter([0.5, 0.7, 0.6])}
+  rounds = bench_rows.interleaved_rounds(
+      {name: (lambda name=name: next(times[name])) for name in times}, rounds=3)
+  assert rounds == {'a': [3.0, 1.0, 2.0], 'b': [0.5, 0.7, 0.6]}
+  assert bench_rows.spread(rounds['a']) == pytest.approx(2.0)
+  assert bench_rows.spread(rounds['b']) == pytest.approx(0.4)
+  assert bench_rows.spread([1.0]) == 0.0
+
+
+def test_noise_line_reports_median_spreads():
+  rows = [_row(spread={'t_1': 0.1, 'seconds': 0.3, 'baseline_seconds': 0.5}),
+          _row(spread={'t_1': 0.3, 'seconds': 0.1, 'baseline_seconds': 0.7})]
+  line = report.noise({'rows': rows, 'rounds': 5})
+  # every figure of both rows: 0.1, 0.3, 0.5, 0.3, 0.1, 0.7 -> median 0.3
+  assert 'slower than its fastest by 30%' in line and '5 rounds' in line
+  assert 't_1 20%' in line and 'speculative decodes 20%' in line
+  assert 'target-alone decodes 60%' in line
+  assert report.noise({'rows': rows, 'rounds': 1}) == ''
+  assert report.noise({'rows': [_row()], 'rounds': 5}) == ''
+
+
 def _timed_result(**extra):
   return {'rows': [_row(**extra)], 'rounds': 3, 'batch_size': 1}
 
@@ -160,6 +182,8 @@ def test_quick_bench_end_to_end(tmp_path):
     assert row['model_calls_seconds'] > 0 and row['t_1'] > 0 and row['c'] > 0
     assert row['factors'] is None or set(row['factors']) == {'tokens', 'calls', 'loop',
                                                              'baseline'}
+    assert set(row['spread']) >= {'t_1', 'seconds', 'baseline_seconds'}
+    assert all(x >= 0.0 for x in row['spread'].values())
   for key in ('c', 'v', 'compile_seconds', 'traces', 'machine'):
     assert key in result
   assert result['machine']['jax']
@@ -171,6 +195,7 @@ def test_quick_bench_end_to_end(tmp_path):
   assert all(run['identical'] for run in result['peers']['runs'].values())
   assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert 'Where the time goes' in md.read_text()
+  assert 'timing noise:' in md.read_text()  # --rounds 3 by default
 
 
 def test_inputs_first_or_longest_in_file_order(tmp_path):
