@@ -70,7 +70,7 @@ def causal_mask(positions: jax.Array, num_tokens: int, max_len: int) -> jax.Arra
 
 def write_cache(cache: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:
   """Writes new [B, ..., K] into cache [B, ..., T] (heads-major: positions last) at per-row
-  offsets positions [B]."""
+  offsets positions [B]; positions[b] + K <= T is the caller's job."""
   new = new.astype(cache.dtype)
   if cache.shape[0] == 1 and new.shape[-1] == 1:
     # One row, one token (a draft step, or the target alone at batch 1): a select over the

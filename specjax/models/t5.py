@@ -211,7 +211,7 @@ class T5:
       cache: from `init_cache` or a previous `decode`, [B, N, H, T] per layer.
       tokens: [B, K] int32, the tokens at positions positions[b] .. positions[b]+K-1.
       positions: [B] int32 first position per row; positions[b] + K <= T is the caller's
-        job (a write past the end would be clamped by dynamic_update_slice).
+        job (`base.write_cache`).
       dropout: training only (see `logits`).
 
     Returns:
