@@ -37,12 +37,6 @@ def interleaved_rounds(jobs: Dict[str, Callable[[], float]], rounds: int
   return results
 
 
-def interleaved_minimums(jobs: Dict[str, Callable[[], float]], rounds: int
-                         ) -> Dict[str, float]:
-  """`interleaved_rounds`, each job keeping its smallest result (name -> seconds)."""
-  return {name: min(times) for name, times in interleaved_rounds(jobs, rounds).items()}
-
-
 def spread(times) -> float:
   """How much slower the slowest of repeated timings is than the fastest: max/min - 1."""
   return max(times) / max(min(times), 1e-12) - 1.0
@@ -204,7 +198,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'model_calls_seconds': lambda: benchmark.model_calls_seconds(
           target, tp, draft, dp, x0, gamma, repeats, cache_len, trials=1),
   }, rounds)
-  t = {name: min(times) for name, times in timings.items()}
+  t = {name: min(times) for name, times in timings.items()}  # each figure's fastest round
   run, ref = spec.summary(), base.summary()
   s = run['stats']
   num_calls = int(s.target_calls.sum())

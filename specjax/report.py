@@ -81,8 +81,9 @@ def format_table(result: dict) -> str:
                f' / target step {result["target_step_seconds"] * 1e3:.3f} ms); {v}')
   for t, base in result['baselines'].items():
     lines.append(f'target alone, T={t}: {base["tokens_per_second"]:.1f} tokens/s')
-  if noise(result):
-    lines.append(noise(result))
+  noise_line = noise(result)
+  if noise_line:
+    lines.append(noise_line)
   if 'peers' in result:
     p = result['peers']
     lines.append(f'peers (greedy, batch 1, gamma {p["gamma"]}): ' + ', '.join(

@@ -77,7 +77,7 @@ def test_efficiency_is_the_product_of_its_measured_factors():
   assert _product(pair) == pytest.approx(row['efficiency'])
 
 
-def test_interleaved_minimums_run_every_job_each_round_and_keep_the_fastest():
+def test_interleaved_rounds_run_every_job_each_round_and_spread_compares_extremes():
   order = []
   times = {'a': iter([3.0, 1.0, 2.0]), 'b': iter([0.5, 0.7, 0.6])}
 
@@ -87,16 +87,9 @@ def test_interleaved_minimums_run_every_job_each_round_and_keep_the_fastest():
       return next(times[name])
     return run
 
-  best = bench_rows.interleaved_minimums({'a': job('a'), 'b': job('b')}, rounds=3)
-  assert best == {'a': 1.0, 'b': 0.5}
-  assert order == ['a', 'b'] * 3
-
-
-def test_interleaved_rounds_keep_every_round_and_spread_compares_extremes():
-  times = {'a': iter([3.0, 1.0, 2.0]), 'b': iter([0.5, 0.7, 0.6])}
-  rounds = bench_rows.interleaved_rounds(
-      {name: (lambda name=name: next(times[name])) for name in times}, rounds=3)
+  rounds = bench_rows.interleaved_rounds({'a': job('a'), 'b': job('b')}, rounds=3)
   assert rounds == {'a': [3.0, 1.0, 2.0], 'b': [0.5, 0.7, 0.6]}
+  assert order == ['a', 'b'] * 3
   assert bench_rows.spread(rounds['a']) == pytest.approx(2.0)
   assert bench_rows.spread(rounds['b']) == pytest.approx(0.4)
   assert bench_rows.spread([1.0]) == 0.0
