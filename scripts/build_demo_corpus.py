@@ -8,7 +8,7 @@ under the packages' licences (mostly GPL/LGPL; iso-codes LGPL-2.1+).
 
 The script reads every catalog in sorted file order (a catalog that does not decode with
 its declared charset is skipped with a note), cleans and filters the pairs, dedupes by
-English and splits by a hash of the English text (`specjax.demo_data.build_splits`), then
+English and splits by a hash of the English text (`specjax.demo.corpus.build_splits`), then
 writes `{train,validation,test}.jsonl` with one `{"en": ..., "de": ...}` per line, and
 `specjax/assets/demo/samples.jsonl` with a few short test pairs in T5's input/target form.
 It also writes `unlabelled.jsonl`, English without German for the draft's distillation
@@ -18,7 +18,7 @@ only (the draft learns the target's outputs, which need no reference), one
 Python's docstrings and pydoc topics ("python"), and sentences of the READMEs, NEWS and
 changelogs under `/usr/share/doc` ("doc"); at most `--max-sentences` of each of the last
 two, a sample in hash order. Every line is kept away
-from the held-out sentences by `specjax.demo_data.english_only`.
+from the held-out sentences by `specjax.demo.corpus.english_only`.
 
 Usage:
   python scripts/build_demo_corpus.py [--catalogs DIR] [--out data/demo]
@@ -35,7 +35,7 @@ import os
 import sys
 import sysconfig
 
-from specjax import demo_data
+from specjax.demo import corpus
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,7 +60,7 @@ def _locale_messages(root: str, german: str) -> list[str]:
         if os.path.dirname(path) == os.path.normpath(german):
             continue
         try:
-            messages.extend(en for en, _ in demo_data.read_catalog(path))
+            messages.extend(en for en, _ in corpus.read_catalog(path))
         except (UnicodeDecodeError, ValueError, IndexError, OSError):
             continue  # a catalog that does not parse (charset, header) only costs inputs
     return messages
@@ -84,7 +84,7 @@ def _python_sentences() -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 texts.append(ast.get_docstring(node) or "")
-    return [s for text in texts for s in demo_data.english_sentences(text)]
+    return [s for text in texts for s in corpus.english_sentences(text)]
 
 
 def _doc_sentences(root: str) -> list[str]:
@@ -102,7 +102,7 @@ def _doc_sentences(root: str) -> list[str]:
                 text = f.read().decode("utf-8")
         except (UnicodeDecodeError, OSError, EOFError):
             continue
-        sentences.extend(demo_data.english_sentences(text))
+        sentences.extend(corpus.english_sentences(text))
     return sentences
 
 
@@ -119,7 +119,7 @@ def _unlabelled(args, splits) -> list[dict[str, str]]:
         texts = read()
         if source != "locale":  # free text: sentences of a few words, not headings
             texts = [t for t in texts if len(t.split()) >= 3]
-        found = demo_data.english_only(texts, seen)
+        found = corpus.english_only(texts, seen)
         seen["train"] = seen["train"] + [(en, "") for en in found]  # no repeats across sources
         rows.extend({"en": en, "source": source} for en in found[:limit])  # hash order: fair
         print(f"unlabelled {source}: {len(found[:limit])} of {len(found)}")
@@ -151,10 +151,10 @@ def main() -> None:
     raw: list[tuple[str, str]] = []
     for path in paths:
         try:
-            raw.extend(demo_data.read_catalog(path))
+            raw.extend(corpus.read_catalog(path))
         except UnicodeDecodeError as e:
             print(f"skipped {os.path.basename(path)}: {e.reason} ({e.encoding})", file=sys.stderr)
-    splits = demo_data.build_splits(raw, n_test=args.n_test, n_validation=args.n_validation)
+    splits = corpus.build_splits(raw, n_test=args.n_test, n_validation=args.n_validation)
 
     print(f"catalogs: {len(paths)}  raw pairs: {len(raw)}  kept: {sum(map(len, splits.values()))}")
     for name, pairs in splits.items():
@@ -165,7 +165,7 @@ def main() -> None:
     print(f"unlabelled: {len(unlabelled)} -> {os.path.join(args.out, 'unlabelled.jsonl')}")
     if args.samples:
         samples = _pick_samples(splits["test"], args.n_samples)
-        rows = [{"inputs": demo_data.make_example(en), "targets": de} for en, de in samples]
+        rows = [{"inputs": corpus.make_example(en), "targets": de} for en, de in samples]
         _write_jsonl(args.samples, rows)
         print(f"   samples: {len(rows)} -> {args.samples}")
 

@@ -28,13 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 import sacrebleu
 
-from specjax import checkpoints, demo_data, training
-from specjax.decoding import autoregressive_decode, speculative_decode
+from specjax import checkpoints
+from specjax.demo import corpus, training
+from specjax.core.decoding import autoregressive_decode, speculative_decode
 from specjax.models.t5 import T5
 from specjax.models.t5_config import demo_draft, demo_target
-from specjax.sampling import SamplingConfig
+from specjax.core.sampling import SamplingConfig
 
-from demo_card import bleu_by_kind, paired_bootstrap, write_card  # pylint: disable=wrong-import-order
+from specjax.demo.card import bleu_by_kind, paired_bootstrap, write_card
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSETS = os.path.join(REPO, 'specjax', 'assets', 'demo')
@@ -99,14 +100,14 @@ def log(msg: str) -> None:
 
 def encode(vocab, texts):
   """Texts -> id lists ending in EOS."""
-  return [ids + [demo_data.EOS_ID] for ids in vocab.encode(list(texts))]
+  return [ids + [corpus.EOS_ID] for ids in vocab.encode(list(texts))]
 
 
 def load_split(args, vocab, split):
   """(input id lists, target id lists, pairs) of one split."""
-  pairs = demo_data.load_pairs(split, args.data)
+  pairs = corpus.load_pairs(split, args.data)
   pairs = pairs[:args.limit] if args.limit else pairs
-  return (encode(vocab, [demo_data.make_example(en) for en, _ in pairs]),
+  return (encode(vocab, [corpus.make_example(en) for en, _ in pairs]),
           encode(vocab, [de for _, de in pairs]), pairs)
 
 
@@ -121,7 +122,7 @@ def load_inputs(args, vocab, split):
   with open(path, encoding='utf-8') as f:
     english = [json.loads(line)['en'] for line in f if line.strip()]
   english = english[:args.limit] if args.limit else english
-  return encode(vocab, [demo_data.make_example(en) for en in english])
+  return encode(vocab, [corpus.make_example(en) for en in english])
 
 
 def _sp(args):
@@ -224,7 +225,7 @@ def stage_distill(args):
       np.savez(path, **saved)
       for p in parts:
         os.remove(p)
-    finished = np.any(saved['outputs'] == demo_data.EOS_ID, axis=1).mean()
+    finished = np.any(saved['outputs'] == corpus.EOS_ID, axis=1).mean()
     log(f'distill-data: {split}: {len(saved["index"])} outputs, {finished:.1%} end in EOS')
     top = time.time()
     saved['soft_ids'], saved['soft_logp'] = teacher_top_k(
@@ -240,9 +241,9 @@ def _distilled(args, sp, split):
   rows whose output ended in EOS."""
   inputs = load_inputs(args, sp, split)
   saved = np.load(os.path.join(args.workdir, 'distill', f'{split}.npz'))
-  keep = np.any(saved['outputs'] == demo_data.EOS_ID, axis=1)
+  keep = np.any(saved['outputs'] == corpus.EOS_ID, axis=1)
   xs = [inputs[i] for i in saved['index'][keep]]
-  ys = [[int(t) for t in row[:np.argmax(row == demo_data.EOS_ID) + 1]]
+  ys = [[int(t) for t in row[:np.argmax(row == corpus.EOS_ID) + 1]]
         for row in saved['outputs'][keep]]
   return xs, ys, (saved['soft_ids'][keep], saved['soft_logp'][keep])
 
@@ -317,8 +318,8 @@ def stage_evaluate(args):
     if name == 'target':
       target_tokens = tokens
   result['bootstrap'] = paired_bootstrap(hyps['target'], hyps['draft'], refs)
-  near = demo_data.near_duplicates([en for en, _ in pairs],
-                                   [en for en, _ in demo_data.load_pairs('train', args.data)])
+  near = corpus.near_duplicates([en for en, _ in pairs],
+                                   [en for en, _ in corpus.load_pairs('train', args.data)])
   result['by_kind'] = bleu_by_kind(hyps, refs, near)
   log(f'evaluate: bootstrap {result["bootstrap"]}, by kind {result["by_kind"]}')
   for label, sampling in (('greedy', SamplingConfig()), ('t1', SamplingConfig(1.0))):

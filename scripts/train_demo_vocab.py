@@ -19,7 +19,7 @@ import os
 import numpy as np
 import sentencepiece as spm
 
-from specjax import demo_data
+from specjax.demo import corpus
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,8 +42,8 @@ def train_vocab(lines: list[str], vocab_size: int, character_coverage: float) ->
         model_type="unigram",
         vocab_size=vocab_size,
         character_coverage=character_coverage,
-        pad_id=demo_data.PAD_ID,
-        eos_id=demo_data.EOS_ID,
+        pad_id=corpus.PAD_ID,
+        eos_id=corpus.EOS_ID,
         unk_id=2,
         bos_id=-1,
         num_threads=1,  # deterministic, and gentle on a shared machine
@@ -66,8 +66,8 @@ def main() -> None:
     parser.add_argument("--character-coverage", type=float, default=0.9999)
     args = parser.parse_args()
 
-    train = demo_data.load_pairs("train", args.data)
-    lines = [demo_data.make_example(en) for en, _ in train] + [de for _, de in train]
+    train = corpus.load_pairs("train", args.data)
+    lines = [corpus.make_example(en) for en, _ in train] + [de for _, de in train]
     model = train_vocab(lines, args.vocab_size, args.character_coverage)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "wb") as f:
@@ -77,10 +77,10 @@ def main() -> None:
     print(f"vocab: {sp.get_piece_size()} pieces, {len(model) / 1024:.0f} KiB -> {args.out}")
     print(f"trained on {len(lines)} lines ({len(train)} pairs)")
     for split in ("train", "validation"):
-        pairs = demo_data.load_pairs(split, args.data)
+        pairs = corpus.load_pairs(split, args.data)
         en = [en for en, _ in pairs]
         print(f"{split:>10} mean pieces: en {mean_pieces(sp, en):.2f}  "
-              f"input (with prefix) {mean_pieces(sp, [demo_data.make_example(t) for t in en]):.2f}  "
+              f"input (with prefix) {mean_pieces(sp, [corpus.make_example(t) for t in en]):.2f}  "
               f"de {mean_pieces(sp, [de for _, de in pairs]):.2f}  "
               f"unk rate de {np.mean([2 in ids for ids in sp.encode([de for _, de in pairs])]):.4f}")
 

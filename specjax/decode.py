@@ -13,8 +13,8 @@ import sys
 import jax
 from tqdm import tqdm
 
-from specjax import sharding
-from specjax.run import DecodeJob, run
+from specjax.parallel import sharding
+from specjax.job.decode_job import DecodeJob, run
 
 
 def parse_args(argv=None) -> argparse.Namespace:

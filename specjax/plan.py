@@ -28,7 +28,7 @@ import jax
 
 jax.config.update('jax_platforms', 'cpu')  # plan on the host even on a TPU VM
 
-from specjax import memory_plan, sharding  # pylint: disable=wrong-import-position
+from specjax.parallel import memory_plan, sharding  # pylint: disable=wrong-import-position
 from specjax.models.t5_config import T5_CONFIGS
 
 FULL = dict(meshes=((1, 1), (1, 4), (1, 8), (2, 8)), batches=(1, 8, 32), lengths=(128, 256),

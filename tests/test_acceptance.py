@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from specjax import acceptance, sampling
+from specjax.core import acceptance, sampling
 
 P = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]], np.float32)  # [G+1, V]
 Q = np.array([[0.2, 0.3, 0.5], [0.4, 0.4, 0.2]], np.float32)  # [G, V]

@@ -3,12 +3,13 @@ import json
 
 import pytest
 
-from specjax import bench, bench_rows, benchmark, report, theory
+from specjax.bench import cli, rows, timing, report
+from specjax.core import theory
 
 
 def test_score_on_hand_made_timings():
   costs = {'c': 0.1, 'v': {5: 1.5}}
-  s = bench_rows.score(baseline_seconds=10.0, seconds=4.0, alpha=0.8, gamma=4, costs=costs,
+  s = rows.score(baseline_seconds=10.0, seconds=4.0, alpha=0.8, gamma=4, costs=costs,
                       baseline_prefill=1.0, prefill=1.5)
   expected_e = (1 - 0.8 ** 5) / (1 - 0.8)  # 3.3616 tokens per call
   predicted = expected_e / (4 * 0.1 + 1.5)
@@ -17,8 +18,8 @@ def test_score_on_hand_made_timings():
   assert s['predicted_speedup'] == pytest.approx(predicted)
   assert s['efficiency'] == pytest.approx(3.6 / predicted)
   assert s['end_to_end_efficiency'] == pytest.approx(2.5 / predicted)
-  assert bench_rows.score(10.0, 4.0, 0.8, 4, costs)['loop_speedup'] == pytest.approx(2.5)
-  lost = bench_rows.score(10.0, 4.0, 0.8, 4, costs, baseline_prefill=1.0, prefill=4.2)
+  assert rows.score(10.0, 4.0, 0.8, 4, costs)['loop_speedup'] == pytest.approx(2.5)
+  lost = rows.score(10.0, 4.0, 0.8, 4, costs, baseline_prefill=1.0, prefill=4.2)
   assert lost['loop_speedup'] is None and lost['efficiency'] is None
 
 
@@ -41,11 +42,11 @@ def _row(**extra):
          'c': 0.1, 'v': 1.5, 'model_calls_seconds': 0.0018, 'tokens_per_call': 2.5,
          'target_calls': 10}
   row.update(extra)
-  row.update(bench_rows.score(row['baseline_seconds'], row['seconds'], row['alpha'], 2,
+  row.update(rows.score(row['baseline_seconds'], row['seconds'], row['alpha'], 2,
                               {'c': row['c'], 'v': {3: row['v']}},
                               row['baseline_prefill_seconds'], row['prefill_seconds'],
                               row['tokens'], row['baseline_tokens']))
-  row['factors'] = bench_rows.efficiency_factors(row)
+  row['factors'] = rows.efficiency_factors(row)
   return row
 
 
@@ -69,7 +70,7 @@ def test_efficiency_is_the_product_of_its_measured_factors():
   longer = _row(baseline_tokens=33)
   assert longer['loop_speedup'] == pytest.approx(row['loop_speedup'] * 22 / 33)
   assert longer['efficiency'] == pytest.approx(_product(longer['factors']))
-  assert bench_rows.efficiency_factors(_row(prefill_seconds=0.03)) is None
+  assert rows.efficiency_factors(_row(prefill_seconds=0.03)) is None
   # at batch 2 the factors are per row: the same timings and tokens over twice the rows
   pair = _row(batch_size=2)['factors']
   assert pair['tokens'] == pytest.approx(f['tokens'] / 2)
@@ -87,12 +88,12 @@ def test_interleaved_rounds_run_every_job_each_round_and_spread_compares_extreme
       return next(times[name])
     return run
 
-  rounds = bench_rows.interleaved_rounds({'a': job('a'), 'b': job('b')}, rounds=3)
+  rounds = rows.interleaved_rounds({'a': job('a'), 'b': job('b')}, rounds=3)
   assert rounds == {'a': [3.0, 1.0, 2.0], 'b': [0.5, 0.7, 0.6]}
   assert order == ['a', 'b'] * 3
-  assert bench_rows.spread(rounds['a']) == pytest.approx(2.0)
-  assert bench_rows.spread(rounds['b']) == pytest.approx(0.4)
-  assert bench_rows.spread([1.0]) == 0.0
+  assert rows.spread(rounds['a']) == pytest.approx(2.0)
+  assert rows.spread(rounds['b']) == pytest.approx(0.4)
+  assert rows.spread([1.0]) == 0.0
 
 
 def test_noise_line_reports_median_spreads():
@@ -146,7 +147,7 @@ def test_model_calls_of_one_iteration_are_the_loops_calls():
   target_log, draft_log = [], []
   model = MarkovModel(16)
   params = model.init(jax.random.PRNGKey(0))
-  seconds = benchmark.model_calls_seconds(
+  seconds = timing.model_calls_seconds(
       _Recording(model, target_log), params, _Recording(model, draft_log), params,
       np.full((3, 4), 5, np.int32), gamma=4, repeats=2, trials=1)
   assert seconds > 0
@@ -157,7 +158,7 @@ def test_model_calls_of_one_iteration_are_the_loops_calls():
 
 def test_quick_bench_end_to_end(tmp_path):
   out, png, md = tmp_path / 'b.json', tmp_path / 'b.png', tmp_path / 'b.md'
-  assert bench.main(['--quick', '--json', str(out), '--plot', str(png), '--markdown', str(md),
+  assert cli.main(['--quick', '--json', str(out), '--plot', str(png), '--markdown', str(md),
                      '--peers', 'hf']) == 0
   result = json.loads(out.read_text())
   assert result['rows'] and result['traces'] == 1 and result['input_widths'] == [8]
@@ -195,16 +196,16 @@ def test_inputs_first_or_longest_in_file_order(tmp_path):
   path = tmp_path / 'in.jsonl'
   lines = ['a b', 'a much longer line', 'mid line', '', 'the longest line of them all']
   path.write_text('\n'.join(json.dumps({'en': t}) if t else '' for t in lines))
-  assert bench._read_texts(str(path), 'p: ', 2) == ['p: a b', 'p: a much longer line']
-  assert bench._read_texts(str(path), 'p: ', 2, 'longest') == [
+  assert cli._read_texts(str(path), 'p: ', 2) == ['p: a b', 'p: a much longer line']
+  assert cli._read_texts(str(path), 'p: ', 2, 'longest') == [
       'p: a much longer line', 'p: the longest line of them all']
 
 
 def test_timed_decode_keeps_each_batchs_fastest_pass():
   import time
   import numpy as np
-  from specjax.decoding import DecodeOutput
-  from specjax.loop_state import DecodeStats
+  from specjax.core.decoding import DecodeOutput
+  from specjax.core.state import DecodeStats
   calls = []
 
   def fn(batch):  # every batch's first timed pass hits a "slow spell" of 0.2 s
@@ -215,7 +216,7 @@ def test_timed_decode_keeps_each_batchs_fastest_pass():
                         stats=DecodeStats.zeros(1, 2))
 
   batches = [np.full((1, 3), i, np.int32) for i in range(4)]
-  run = benchmark.timed_decode(fn, batches, passes=3)
+  run = timing.timed_decode(fn, batches, passes=3)
   assert len(calls) == 1 + 4 * 3  # the compile call, then three passes per batch
   assert run['seconds'] < 0.2 and run['num_tokens'] == 4
   assert run['tokens'].tolist() == [[i] * 3 for i in range(4)]
@@ -223,7 +224,7 @@ def test_timed_decode_keeps_each_batchs_fastest_pass():
 
 def test_at_lengths_splits_the_tokens_factor():
   row = _row()
-  row.update(bench_rows.at_lengths(row, [12, 10]))
+  row.update(rows.at_lengths(row, [12, 10]))
   at = theory.tokens_per_iteration_at_lengths(0.8, 2, [12, 10])
   assert row['tokens_per_iteration_at_lengths'] == pytest.approx(at)
   assert row['predicted_speedup_at_lengths'] == pytest.approx(at / (2 * 0.1 + 1.5))
@@ -256,8 +257,8 @@ def test_draft_after_sweep_times_the_draft_block_and_the_read():
   log = []
   model = MarkovModel(16)
   params = model.init(jax.random.PRNGKey(0))
-  out = benchmark.draft_after_sweep(_Recording(model, log), params, np.full((2, 4), 5, np.int32),
-                                    gamma=3, sweep_bytes=benchmark.params_bytes(params),
+  out = timing.draft_after_sweep(_Recording(model, log), params, np.full((2, 4), 5, np.int32),
+                                    gamma=3, sweep_bytes=timing.params_bytes(params),
                                     repeats=2, rounds=1)
   assert out['sweep_bytes'] == 16 * 16 * 4  # the Markov model's [V, V] float32 logits
   assert out['penalty_seconds'] == pytest.approx(
@@ -269,7 +270,7 @@ def test_draft_after_sweep_times_the_draft_block_and_the_read():
 
 def test_quick_bench_with_refill(tmp_path):
   out = tmp_path / 'b.json'
-  assert bench.main(['--quick', '--batch-size', '2', '--refill', '--temperatures', '0',
+  assert cli.main(['--quick', '--batch-size', '2', '--refill', '--temperatures', '0',
                      '--json', str(out)]) == 0
   result = json.loads(out.read_text())
   assert result['refill'] is True and result['batch_size'] == 2

@@ -12,7 +12,8 @@ import pytest
 import sentencepiece as spm
 from flax import serialization, traverse_util
 
-from specjax import checkpoints, t5x_checkpoint
+from specjax import checkpoints
+from specjax.checkpoints import t5x
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny
 
@@ -63,7 +64,7 @@ def test_t5x_layout_and_read_back(tmp_path):
                                'pre_attention_layer_norm': {'scale': _rand(rng, (4,), BF16)}},
                   'encoder_norm': {'scale': _rand(rng, (4,), np.float32)}},
   }
-  ckpt_dir = t5x_checkpoint.write_t5x_checkpoint(str(tmp_path), params, step=1200)
+  ckpt_dir = t5x.write_t5x_checkpoint(str(tmp_path), params, step=1200)
   assert ckpt_dir == f'{tmp_path}/checkpoint_1200'
   assert sorted(os.listdir(ckpt_dir)) == [
       'checkpoint', 'target.encoder.layers_0.attention.query.kernel',
@@ -83,32 +84,32 @@ def test_t5x_layout_and_read_back(tmp_path):
   assert isinstance(inline, np.ndarray) and inline.dtype == BF16  # small leaves inline
 
   for path in (str(tmp_path), ckpt_dir, f'{ckpt_dir}/checkpoint', f'{ckpt_dir}/'):
-    _assert_trees_equal(t5x_checkpoint.read_t5x_checkpoint(path), params)
-  as_f32 = t5x_checkpoint.read_t5x_checkpoint(ckpt_dir, dtype='float32')
+    _assert_trees_equal(t5x.read_t5x_checkpoint(path), params)
+  as_f32 = t5x.read_t5x_checkpoint(ckpt_dir, dtype='float32')
   _assert_trees_equal(as_f32, jax.tree.map(lambda x: x.astype(np.float32), params))
 
 
 def test_t5x_model_dir_picks_latest_step_and_moves(tmp_path):
   old = {'a': {'kernel': np.zeros((2, 3), np.float32)}}
   new = {'a': {'kernel': np.ones((2, 3), np.float32)}}
-  t5x_checkpoint.write_t5x_checkpoint(str(tmp_path / 'run'), new, step=20)
-  t5x_checkpoint.write_t5x_checkpoint(str(tmp_path / 'run'), old, step=3)
+  t5x.write_t5x_checkpoint(str(tmp_path / 'run'), new, step=20)
+  t5x.write_t5x_checkpoint(str(tmp_path / 'run'), old, step=3)
   os.rename(tmp_path / 'run', tmp_path / 'moved')  # relative zarr paths stay valid
-  _assert_trees_equal(t5x_checkpoint.read_t5x_checkpoint(str(tmp_path / 'moved')), new)
+  _assert_trees_equal(t5x.read_t5x_checkpoint(str(tmp_path / 'moved')), new)
   with pytest.raises(FileExistsError):
-    t5x_checkpoint.write_t5x_checkpoint(str(tmp_path / 'moved'), old, step=3)
+    t5x.write_t5x_checkpoint(str(tmp_path / 'moved'), old, step=3)
 
 
 def test_t5x_spec_resolution_gcs_and_old_layout():
   stored = {'driver': 'zarr', 'dtype': 'float32', 'metadata': {'shape': [2]},
             'kvstore': {'driver': 'gcs', 'bucket': 't5x-dummy-bucket',
                         'path': 'target.decoder.logits_dense.kernel/'}}
-  spec = t5x_checkpoint.resolve_spec(stored, 'gs://t5-data/models/t5_small/checkpoint_1000000')
+  spec = t5x.resolve_spec(stored, 'gs://t5-data/models/t5_small/checkpoint_1000000')
   assert spec['kvstore'] == {'driver': 'gcs', 'bucket': 't5-data',
                              'path': 'models/t5_small/checkpoint_1000000/'
                                      'target.decoder.logits_dense.kernel/'}
   old = {'driver': 'zarr', 'kvstore': {'driver': 'gfile'}, 'path': 'target.x'}
-  spec = t5x_checkpoint.resolve_spec(old, '/ckpt/checkpoint_5')
+  spec = t5x.resolve_spec(old, '/ckpt/checkpoint_5')
   assert spec == {'driver': 'zarr', 'kvstore': {'driver': 'file',
                                                 'path': '/ckpt/checkpoint_5/target.x'}}
   assert stored['kvstore']['bucket'] == 't5x-dummy-bucket'  # input left untouched
@@ -120,7 +121,7 @@ def test_load_model_from_t5x_matches_source_logits(tmp_path, tiny):
   stored = traverse_util.unflatten_dict({
       k: (v.astype(BF16) if k[-1] == 'kernel' else v)
       for k, v in traverse_util.flatten_dict(params).items()})
-  t5x_checkpoint.write_t5x_checkpoint(str(tmp_path), stored, step=7)
+  t5x.write_t5x_checkpoint(str(tmp_path), stored, step=7)
   expected = jax.tree.map(lambda x: np.asarray(x, np.float32), stored)
 
   loaded_model, loaded = checkpoints.load_model('t5_tiny', str(tmp_path))
@@ -162,7 +163,7 @@ def test_param_dtype_bfloat16_and_relative_paths(tmp_path, tiny, monkeypatch):
   model, params, inputs, targets = tiny
   monkeypatch.chdir(tmp_path)
   path = checkpoints.save_params('orbax', params, t5_tiny)
-  t5x_checkpoint.write_t5x_checkpoint(str(tmp_path / 't5x'), params, step=1)
+  t5x.write_t5x_checkpoint(str(tmp_path / 't5x'), params, step=1)
   want = jax.tree.map(lambda x: np.asarray(x, BF16), params)
   reference = _logits(model, params, inputs, targets)
   for source in ('orbax', path, 't5x'):
@@ -180,7 +181,7 @@ def test_param_dtype_bfloat16_and_relative_paths(tmp_path, tiny, monkeypatch):
 
 
 def test_hf_export_round_trip(tmp_path, tiny):
-  from specjax.models import hf_t5
+  from specjax.checkpoints import hf_t5
   model, params, inputs, targets = tiny
   hf_t5.save_hf_dir(str(tmp_path), t5_tiny, params)
   assert checkpoints.detect_format(str(tmp_path)) == 'hf'
@@ -216,7 +217,7 @@ def test_missing_path_error(tmp_path):
   assert _one_line(e) == (f'checkpoint path {tmp_path}/nope does not exist; pass an '
                           'existing T5X, Hugging Face or orbax checkpoint (--checkpoint)')
   with pytest.raises(FileNotFoundError, match='no T5X checkpoint at'):
-    t5x_checkpoint.read_t5x_checkpoint(str(tmp_path))
+    t5x.read_t5x_checkpoint(str(tmp_path))
 
 
 def test_unknown_format_error(tmp_path):
@@ -230,7 +231,7 @@ def test_unknown_format_error(tmp_path):
 def test_mismatched_tree_names_both_shapes(tmp_path, tiny):
   _, params, _, _ = tiny
   big = T5(t5_tiny.replace(vocab_size=100, name=''))
-  t5x_checkpoint.write_t5x_checkpoint(str(tmp_path / 't5x'), big.init(jax.random.PRNGKey(0)))
+  t5x.write_t5x_checkpoint(str(tmp_path / 't5x'), big.init(jax.random.PRNGKey(0)))
   with pytest.raises(ValueError) as e:
     checkpoints.load_model('t5_tiny', str(tmp_path / 't5x'))
   assert _one_line(e) == (

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax import decoding
+from specjax.core import decoding
 from specjax.models.markov import MarkovModel
 from models_for_tests import chain_markov, random_markov, tiny_transformer
 

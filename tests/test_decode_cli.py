@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from specjax import decode, run
-from specjax.run import ASSETS
+from specjax import decode
+from specjax.job import decode_job
+from specjax.checkpoints.registry import ASSETS
 
 SENTENCES = ['Unable to open the file', 'Save changes before closing?', 'Print the page']
 
@@ -106,10 +107,10 @@ def test_gamma_auto_explains_its_choice(tmp_path):
 def test_param_dtype_flag_holds_params_in_bfloat16():
   import jax
   import jax.numpy as jnp
-  from specjax import run
+  from specjax.job import decode_job
   job = decode._job(decode.parse_args(['--param-dtype', 'bfloat16', '--dtype', 'bfloat16']))
   assert job.param_dtype == 'bfloat16'
-  target, tp, draft, dp, _ = run.load_pair(job)
+  target, tp, draft, dp, _ = decode_job.load_pair(job)
   assert target.config.dtype == draft.config.dtype == 'bfloat16'
   for params in (tp, dp):
     assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
@@ -121,7 +122,7 @@ def test_sampled_speedup_is_a_ratio_of_tokens_per_second(tmp_path):
   """Sampled outputs of the two decodes differ in length: time alone would mislead."""
   src = tmp_path / 'in.txt'
   src.write_text('\n'.join(SENTENCES) + '\n')
-  summary = run.run(run.DecodeJob(input=str(src), temperature=1.0, batch_size=3, gamma=2,
+  summary = decode_job.run(decode_job.DecodeJob(input=str(src), temperature=1.0, batch_size=3, gamma=2,
                                   max_decode_len=16, progress=False))
   assert summary['identical_to_target'] is None
   assert summary['baseline_tokens'] != summary['generated_tokens']  # the case that matters

@@ -2,7 +2,7 @@
 import pytest
 
 pytest.importorskip('sacrebleu')
-from scripts import demo_card  # pylint: disable=wrong-import-position
+from specjax.demo import card as demo_card  # pylint: disable=wrong-import-position
 
 REFS = [f'Die Datei {w} wurde nicht gefunden und kann nicht geöffnet werden' for w in
         ('eins', 'zwei', 'drei', 'vier', 'fünf', 'sechs', 'sieben', 'acht')]

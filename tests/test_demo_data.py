@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from specjax import demo_data
+from specjax.demo import corpus
 
-ASSETS = os.path.join(os.path.dirname(demo_data.__file__), "assets", "demo")
+from specjax.checkpoints.registry import ASSETS  # noqa: E402
 
 
 # --- cleaning -------------------------------------------------------------------------
@@ -44,7 +44,7 @@ ASSETS = os.path.join(os.path.dirname(demo_data.__file__), "assets", "demo")
     ],
 )
 def test_clean_message(raw, clean):
-    assert demo_data.clean_message(raw) == clean
+    assert corpus.clean_message(raw) == clean
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_clean_message(raw, clean):
     ],
 )
 def test_clean_pair_drops_junk(en, de):
-    assert demo_data.clean_pair(en, de) is None
+    assert corpus.clean_pair(en, de) is None
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_clean_pair_drops_junk(en, de):
     ],
 )
 def test_clean_pair_keeps_prose(en, de, want):
-    assert demo_data.clean_pair(en, de) == want
+    assert corpus.clean_pair(en, de) == want
 
 
 # --- catalogs -------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def test_read_catalog(tmp_path):
         (b"%d file\x00%d files", b"%d Datei\x00%d Dateien"),
         (b"Untranslated", b""),
     ])
-    assert sorted(demo_data.read_catalog(path)) == [
+    assert sorted(corpus.read_catalog(path)) == [
         ("%d file", "%d Datei"), ("Open", "Öffnen"), ("Quit", "Beenden"),
     ]
 
@@ -128,63 +128,63 @@ def _pairs(n):
 
 
 def test_build_splits_sizes_and_disjoint():
-    splits = demo_data.build_splits(_pairs(100), n_test=10, n_validation=15)
-    assert [len(splits[s]) for s in demo_data.SPLITS] == [75, 15, 10]
-    english = [{en for en, _ in splits[s]} for s in demo_data.SPLITS]
+    splits = corpus.build_splits(_pairs(100), n_test=10, n_validation=15)
+    assert [len(splits[s]) for s in corpus.SPLITS] == [75, 15, 10]
+    english = [{en for en, _ in splits[s]} for s in corpus.SPLITS]
     assert sum(map(len, english)) == 100
     assert not (english[0] & english[1] or english[0] & english[2] or english[1] & english[2])
 
 
 def test_build_splits_is_deterministic_and_order_free():
     pairs = _pairs(60)
-    a = demo_data.build_splits(pairs, n_test=5, n_validation=5)
-    b = demo_data.build_splits(list(reversed(pairs)), n_test=5, n_validation=5)
+    a = corpus.build_splits(pairs, n_test=5, n_validation=5)
+    b = corpus.build_splits(list(reversed(pairs)), n_test=5, n_validation=5)
     assert a == b
 
 
 def test_build_splits_dedupes_by_english_keeping_first():
     pairs = [("Open file", "Datei öffnen"), ("open file", "öffne Datei"), ("Open file", "Öffnen")]
-    splits = demo_data.build_splits(pairs, n_test=0, n_validation=0)
+    splits = corpus.build_splits(pairs, n_test=0, n_validation=0)
     assert splits["train"] == [("Open file", "Datei öffnen")]
 
 
 def test_english_only_keeps_new_prose_away_from_held_out_hashes():
-    splits = demo_data.build_splits(_pairs(100), n_test=10, n_validation=15)
-    held = max(demo_data.split_key(en) for s in ("test", "validation") for en, _ in splits[s])
-    known = [en for s in demo_data.SPLITS for en, _ in splits[s]]
+    splits = corpus.build_splits(_pairs(100), n_test=10, n_validation=15)
+    held = max(corpus.split_key(en) for s in ("test", "validation") for en, _ in splits[s])
+    known = [en for s in corpus.SPLITS for en, _ in splits[s]]
     fresh = [f"Stop unit number {i}" for i in range(200)]
     messages = fresh + [known[0].upper(), "<b>Stop unit number 7</b>", "file %s of %d here",
                         "--verbose", "Stop unit number 3"]
-    extra = demo_data.english_only(messages, splits)
-    assert all(demo_data.split_key(en) > held for en in extra)
+    extra = corpus.english_only(messages, splits)
+    assert all(corpus.split_key(en) > held for en in extra)
     assert known[0] not in extra and known[0].upper() not in extra  # in a split already
     assert "--verbose" not in extra and not any("%" in en for en in extra)
     assert len(extra) == len(set(extra)) and set(extra) <= set(fresh)
     # Those ranking among the held-out hashes are dropped, the rest kept: about 75%.
-    assert set(extra) == {en for en in fresh if demo_data.split_key(en) > held}
+    assert set(extra) == {en for en in fresh if corpus.split_key(en) > held}
     assert 0.5 < len(extra) / len(fresh) < 0.95
-    assert extra == sorted(extra, key=demo_data.split_key)
+    assert extra == sorted(extra, key=corpus.split_key)
 
 
 def test_english_sentences_splits_paragraphs_bullets_and_sentences():
     text = ("Return the number of items. It is cached.\nSee below!\n\n"
             "* Fixed a crash in the parser (closes: #123).\n\n"
             "  2. Use e.g. the option 3.5 times? \"Quoted\" starts one too.")
-    assert demo_data.english_sentences(text) == [
+    assert corpus.english_sentences(text) == [
         "Return the number of items.", "It is cached.", "See below!",
         "Fixed a crash in the parser (closes: #123).",
         "Use e.g. the option 3.5 times?", '"Quoted" starts one too.']
-    assert demo_data.english_sentences("") == []
+    assert corpus.english_sentences("") == []
 
 
 def test_load_pairs(tmp_path):
     (tmp_path / "test.jsonl").write_text(
         json.dumps({"en": "Yes", "de": "Ja"}) + "\n", encoding="utf-8")
-    assert demo_data.load_pairs("test", tmp_path) == [("Yes", "Ja")]
+    assert corpus.load_pairs("test", tmp_path) == [("Yes", "Ja")]
     with pytest.raises(ValueError, match="split"):
-        demo_data.load_pairs("dev", tmp_path)
+        corpus.load_pairs("dev", tmp_path)
     with pytest.raises(FileNotFoundError, match="build_demo_corpus"):
-        demo_data.load_pairs("train", tmp_path)
+        corpus.load_pairs("train", tmp_path)
 
 
 # --- tokenization ---------------------------------------------------------------------
@@ -192,7 +192,7 @@ def test_load_pairs(tmp_path):
 
 @pytest.fixture(scope="module")
 def sp():
-    lines = [demo_data.make_example(en) for en, _ in _pairs(50)] + [de for _, de in _pairs(50)]
+    lines = [corpus.make_example(en) for en, _ in _pairs(50)] + [de for _, de in _pairs(50)]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_writer=model, model_type="unigram",
@@ -202,35 +202,35 @@ def sp():
 
 
 def test_make_example():
-    assert demo_data.make_example("Hello") == "translate English to German: Hello"
+    assert corpus.make_example("Hello") == "translate English to German: Hello"
 
 
 def test_tokenize_batch_eos_and_padding(sp):
     texts = ["Datei", "Datei Nummer 7 öffnen"]
-    batch = demo_data.tokenize_batch(sp, texts, max_len=32)
+    batch = corpus.tokenize_batch(sp, texts, max_len=32)
     assert batch.dtype == np.int32 and batch.shape == (2, 32)
     for row, text in zip(batch, texts):
         ids = sp.encode(text)
         n = len(ids)
         assert list(row[:n]) == ids
-        assert row[n] == demo_data.EOS_ID
+        assert row[n] == corpus.EOS_ID
         assert not row[n + 1:].any()
 
 
 def test_tokenize_batch_too_long(sp):
     text = "Datei Nummer 7 öffnen"
     n = len(sp.encode(text)) + 1
-    assert demo_data.tokenize_batch(sp, [text], max_len=n)[0, -1] == demo_data.EOS_ID
+    assert corpus.tokenize_batch(sp, [text], max_len=n)[0, -1] == corpus.EOS_ID
     with pytest.raises(ValueError, match="--max-input-len"):
-        demo_data.tokenize_batch(sp, [text], max_len=n - 1)
-    cut = demo_data.tokenize_batch(sp, [text], max_len=n - 1, truncate=True)
-    assert list(cut[0]) == sp.encode(text)[: n - 2] + [demo_data.EOS_ID]
+        corpus.tokenize_batch(sp, [text], max_len=n - 1)
+    cut = corpus.tokenize_batch(sp, [text], max_len=n - 1, truncate=True)
+    assert list(cut[0]) == sp.encode(text)[: n - 2] + [corpus.EOS_ID]
 
 
 def test_tokenize_batch_accepts_a_path():
     path = os.path.join(ASSETS, "spm.model")
-    batch = demo_data.tokenize_batch(path, ["Open file"], max_len=8)
-    assert batch[0, 0] > 2 and demo_data.EOS_ID in batch[0]
+    batch = corpus.tokenize_batch(path, ["Open file"], max_len=8)
+    assert batch[0, 0] > 2 and corpus.EOS_ID in batch[0]
 
 
 # --- bundled assets -------------------------------------------------------------------
@@ -247,13 +247,13 @@ def test_bundled_samples():
         rows = [json.loads(line) for line in f]
     assert len(rows) == 8
     for row in rows:
-        assert row["inputs"].startswith(demo_data.TASK_PREFIX) and row["targets"]
+        assert row["inputs"].startswith(corpus.TASK_PREFIX) and row["targets"]
 
 
 def test_near_duplicates_matches_brute_force_jaccard():
     rng = np.random.default_rng(0)
     vocab = [f"w{chr(97 + i)}" for i in range(12)]  # letters only: digits are not words
-    corpus = [" ".join(rng.choice(vocab, rng.integers(1, 7))) for _ in range(300)]
+    texts = [" ".join(rng.choice(vocab, rng.integers(1, 7))) for _ in range(300)]
     queries = [" ".join(rng.choice(vocab, rng.integers(0, 7))) for _ in range(300)]
 
     def words(s):
@@ -261,16 +261,16 @@ def test_near_duplicates_matches_brute_force_jaccard():
 
     def brute(q):
         return bool(words(q)) and any(
-            len(words(q) & words(c)) / len(words(q) | words(c)) >= 0.6 for c in corpus)
+            len(words(q) & words(c)) / len(words(q) | words(c)) >= 0.6 for c in texts)
 
-    got = demo_data.near_duplicates(queries, corpus, 0.6)
+    got = corpus.near_duplicates(queries, texts, 0.6)
     assert got == [brute(q) for q in queries]
     assert 0 < sum(got) < len(got)
 
 
 def test_near_duplicates_sees_templates_not_numbers_or_case():
-    corpus = ["Switch to workspace 3", "cannot open file"]
-    got = demo_data.near_duplicates(
+    texts = ["Switch to workspace 3", "cannot open file"]
+    got = corpus.near_duplicates(
         ["switch to Workspace 6", "cannot set path in scalar", "42", "cannot open the file"],
-        corpus)
+        texts)
     assert got == [True, False, False, True]

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
-from specjax.models import hf_t5  # noqa: E402
+from specjax.checkpoints import hf_t5  # noqa: E402
 from specjax.models import t5_layers  # noqa: E402
 from specjax.models.t5 import T5  # noqa: E402
 

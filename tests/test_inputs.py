@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from specjax import benchmark, decoding, inputs, run
+from specjax.bench import timing
+from specjax.core import decoding
+from specjax.job import inputs, decode_job
 
 
 def _rows(*lengths, width=64):
@@ -29,7 +31,7 @@ def test_bucket_is_the_smallest_power_of_two_that_holds_the_longest_row():
 
 def test_one_batch_per_shape_in_order():
   batches = [_rows(3)[:, :8], _rows(12)[:, :16], _rows(5)[:, :8], _rows(30)[:, :32]]
-  firsts = benchmark.one_per_shape(batches)
+  firsts = timing.one_per_shape(batches)
   assert [x.shape[1] for x in firsts] == [8, 16, 32]
   assert all(a is b for a, b in zip(firsts, (batches[0], batches[1], batches[3])))
 
@@ -42,7 +44,7 @@ def test_bucketed_decode_matches_fixed_width_and_compiles_once_per_width(tmp_pat
 
   def decode(pad):  # fixed batches of one: each input its own width
     records = []
-    summary = run.run(run.DecodeJob(input=str(src), gamma=3, batch_size=1, max_decode_len=32,
+    summary = decode_job.run(decode_job.DecodeJob(input=str(src), gamma=3, batch_size=1, max_decode_len=32,
                                     pad_inputs=pad, refill=False, progress=False),
                       records.append)
     return summary, [r['prediction'] for r in records]

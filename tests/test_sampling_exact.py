@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax import acceptance, decoding
+from specjax.core import acceptance, decoding
 from specjax.models.markov import MarkovModel
 from stats_util import chi_square_pvalue, enumerate_markov
 

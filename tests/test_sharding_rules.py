@@ -6,11 +6,12 @@ import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
 import specjax
-from specjax import decoding, memory_plan, sharding
+from specjax.core import decoding
+from specjax.parallel import memory_plan, sharding
 from specjax.decode import parse_args
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, t5_tiny, t5_tiny_draft
-from specjax.run import DecodeJob, job_mesh
+from specjax.job.decode_job import DecodeJob, job_mesh
 
 MESH_2X4 = AbstractMesh((2, 4), ('data', 'model'))
 MESH_1X8 = AbstractMesh((1, 8), ('data', 'model'))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax import streaming
+from specjax.core import streaming
 from specjax.models.markov import MarkovModel
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny, t5_tiny_draft
@@ -98,7 +98,7 @@ def test_sampled_stream_follows_the_target():
 
 def test_decode_job_with_refill_matches_fixed_batches(tmp_path):
   """The CLI's job: same records, in input order, with and without refill."""
-  from specjax import run
+  from specjax.job import decode_job
   src = tmp_path / 'in.txt'
   src.write_text('\n'.join(['Print the page', 'Open the file', 'Save changes before closing?',
                             'Unable to open the file', 'Close the window', 'Quit',
@@ -106,7 +106,7 @@ def test_decode_job_with_refill_matches_fixed_batches(tmp_path):
 
   def decode(refill):
     records = []
-    summary = run.run(run.DecodeJob(input=str(src), gamma=3, batch_size=3, max_decode_len=24,
+    summary = decode_job.run(decode_job.DecodeJob(input=str(src), gamma=3, batch_size=3, max_decode_len=24,
                                     refill=refill, progress=False), records.append)
     return summary, records
 

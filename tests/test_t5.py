@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax import decoding
-from specjax.loop_state import LoopConfig
+from specjax.core import decoding
+from specjax.core.state import LoopConfig
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, T5Config
-from specjax.sampling import SamplingConfig
+from specjax.core.sampling import SamplingConfig
 
 # Small enough to run fast on CPU, big enough (V, T) for varied argmaxes and positions.
 V11 = T5Config(vocab_size=40, emb_dim=16, num_heads=4, num_encoder_layers=2,

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import specjax
+from specjax.core import sampling
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny, t5_tiny_draft
 from stats_util import chi_square_pvalue
@@ -37,11 +38,11 @@ def test_t5_greedy_speculative_equals_target():
 def _first_two_probs(target, tp, inputs, config):
   """Exact joint probability of the first two output tokens for one input row."""
   vocab = target.vocab_size
-  first = specjax.sampling.warp(
+  first = sampling.warp(
       target.logits(tp, inputs[None], jnp.zeros((1, 1), jnp.int32))[0, 0], config)
   dec = jnp.stack([jnp.zeros(vocab, jnp.int32), jnp.arange(vocab)], axis=1)  # [V, 2]
   logits = target.logits(tp, jnp.repeat(inputs[None], vocab, 0), dec)[:, 1]  # [V, V]
-  second = specjax.sampling.warp(logits, config)
+  second = sampling.warp(logits, config)
   first, second = np.asarray(first, np.float64), np.asarray(second, np.float64)
   probs = {}
   for a in range(vocab):

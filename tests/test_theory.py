@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax import theory
+from specjax.core import theory
 from specjax.models.markov import MarkovModel
 
 

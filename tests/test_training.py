@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax import training
+from specjax.demo import training
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny
 

@@ -49,7 +49,7 @@ class MarkovModel:
 
   def transition_probs(self, params, sampling_config) -> np.ndarray:
     """The warped transition matrix [V, V] as float64 numpy (for exact enumeration)."""
-    from specjax.sampling import warp  # pylint: disable=import-outside-toplevel
+    from specjax.core.sampling import warp  # pylint: disable=import-outside-toplevel
     return np.asarray(warp(params['logits'], sampling_config), np.float64)
 
 

@@ -10,8 +10,11 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import specjax
-from specjax import checkpoints, decoding, run, sharded, sharding
-from specjax.loop_state import LoopConfig
+from specjax import checkpoints
+from specjax.core import decoding, sharded
+from specjax.job import decode_job
+from specjax.parallel import sharding
+from specjax.core.state import LoopConfig
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny, t5_tiny_draft
 
@@ -138,11 +141,11 @@ def test_batch_not_divisible_by_data_is_refused(pair):
   assert '\n' not in str(err.value)
   # The CLI job refuses before loading anything.
   with pytest.raises(ValueError, match='--batch-size a multiple of 4'):
-    run.run(run.DecodeJob(target='t5_xxl', draft='t5_small', batch_size=6,
+    decode_job.run(decode_job.DecodeJob(target='t5_xxl', draft='t5_small', batch_size=6,
                           mesh='data=4,model=2'))
   with pytest.raises(ValueError, match='--num-partitions 3 does not divide the 8 devices'):
-    run.job_mesh(run.DecodeJob(num_partitions=3))
-  assert sharding.mesh_shape(run.job_mesh(run.DecodeJob(num_partitions=2))) == (4, 2)
+    decode_job.job_mesh(decode_job.DecodeJob(num_partitions=3))
+  assert sharding.mesh_shape(decode_job.job_mesh(decode_job.DecodeJob(num_partitions=2))) == (4, 2)
 
 
 def test_mesh_from_spec_uses_a_prefix_of_the_devices():

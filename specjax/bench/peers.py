@@ -13,7 +13,7 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-from specjax.models import hf_t5
+from specjax.checkpoints import hf_t5
 
 
 def _load_hf(path: str):

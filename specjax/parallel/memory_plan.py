@@ -20,11 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax import sharded, sharding
-from specjax.loop_state import LoopConfig
+from specjax.core import sharded
+from specjax.parallel import sharding
+from specjax.core.state import LoopConfig
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5Config
-from specjax.sampling import SamplingConfig
+from specjax.core.sampling import SamplingConfig
 
 GIB = 1 << 30
 TPU_V4_HBM = 32 * GIB  # one TPU v4 chip

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from specjax import sampling
+from specjax.core import sampling
 
 
 class Acceptance(NamedTuple):

@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from specjax import decoding, sharding
-from specjax.loop_state import LoopConfig
+from specjax.core import decoding
+from specjax.parallel import sharding
+from specjax.core.state import LoopConfig
 
 PyTree = Any
 

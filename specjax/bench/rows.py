@@ -15,8 +15,9 @@ from typing import Callable, Dict, Optional
 import jax
 import numpy as np
 
-from specjax import benchmark, decoding, streaming, theory
-from specjax.sampling import SamplingConfig
+from specjax.bench import timing
+from specjax.core import decoding, streaming, theory
+from specjax.core.sampling import SamplingConfig
 
 
 def interleaved_rounds(jobs: Dict[str, Callable[[], float]], rounds: int
@@ -163,7 +164,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     max_decode_len: L.
     seed: PRNG seed of both decodes.
     rounds: interleaved rounds (see the module docstring); each figure keeps its fastest.
-    repeats, cache_len: of the timed model-call loops (`benchmark.call_seconds`).
+    repeats, cache_len: of the timed model-call loops (`timing.call_seconds`).
     slots: stream each of `batches` through this many rows that take the next input as
       they finish (`streaming`); None: each batch is one decode of its B rows.
 
@@ -177,17 +178,17 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
   counter = 'streaming' if slots else 'speculative'
   traces = decoding.TRACE_COUNTS[counter]
   start = time.perf_counter()
-  shapes = benchmark.one_per_shape(batches)
+  shapes = timing.one_per_shape(batches)
   jax.block_until_ready(spec_fn(shapes[0]))
   compile_seconds = time.perf_counter() - start
   for x in shapes:  # every width compiled before any timing
     jax.block_until_ready((spec_fn(x), base_fn(x)))
-  spec, base = benchmark.BatchTimes(spec_fn, batches), benchmark.BatchTimes(base_fn, batches)
+  spec, base = timing.BatchTimes(spec_fn, batches), timing.BatchTimes(base_fn, batches)
   x0 = max(shapes, key=lambda x: sum(b.shape == x.shape for b in batches))  # the usual width
   batch = slots or len(batches[0])
   x0 = x0[:batch]  # the model calls are timed on B rows
-  calls = lambda m, p, k: benchmark.call_seconds(m, p, x0, k, repeats, cache_len, trials=1)
-  prefill = lambda d, p, g: benchmark.prefill_seconds(target, tp, d, p, batches, g,
+  calls = lambda m, p, k: timing.call_seconds(m, p, x0, k, repeats, cache_len, trials=1)
+  prefill = lambda d, p, g: timing.prefill_seconds(target, tp, d, p, batches, g,
                                                       max_decode_len, trials=1, slots=slots)
   timings = interleaved_rounds({
       'seconds': spec, 'baseline_seconds': base,
@@ -195,7 +196,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'baseline_prefill_seconds': lambda: prefill(None, None, 0),
       't_1': lambda: calls(target, tp, 1), 't_verify': lambda: calls(target, tp, gamma + 1),
       't_draft': lambda: calls(draft, dp, 1),
-      'model_calls_seconds': lambda: benchmark.model_calls_seconds(
+      'model_calls_seconds': lambda: timing.model_calls_seconds(
           target, tp, draft, dp, x0, gamma, repeats, cache_len, trials=1),
   }, rounds)
   t = {name: min(times) for name, times in timings.items()}  # each figure's fastest round
@@ -238,8 +239,8 @@ def baseline_run(target, tp, batches, sampling: SamplingConfig, max_decode_len: 
                  seed: int = 0, slots: Optional[int] = None) -> dict:
   """The jitted autoregressive decode over the batches: the target alone's tokens/s."""
   _, base_fn = decode_fns(target, tp, None, None, 0, sampling, max_decode_len, seed, slots)
-  run = benchmark.timed_decode(base_fn, batches)
+  run = timing.timed_decode(base_fn, batches)
   run['tokens_per_second'] = run['num_tokens'] / run['seconds']
-  run['prefill_seconds'] = benchmark.prefill_seconds(target, tp, None, None, batches, 0,
+  run['prefill_seconds'] = timing.prefill_seconds(target, tp, None, None, batches, 0,
                                                      max_decode_len, slots=slots)
   return run

@@ -15,30 +15,16 @@ from typing import List, Optional
 import jax
 import numpy as np
 
-from specjax import checkpoints, decoding, sharding, streaming
-from specjax.inputs import batches, pad_to_bucket, tokenize
+from specjax import checkpoints
+from specjax.checkpoints.registry import (DEFAULT_CHECKPOINTS, DEMO_PREFIX, DEMO_SAMPLES, DEMO_VOCAB,
+                                          T5_VOCAB)
+from specjax.core import decoding, streaming
+from specjax.parallel import sharding
+from specjax.job.inputs import batches, pad_to_bucket, tokenize
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS
-from specjax.sampling import SamplingConfig
+from specjax.core.sampling import SamplingConfig
 
-ASSETS = os.path.join(os.path.dirname(__file__), 'assets', 'demo')
-DEMO_PREFIX = 'translate English to German: '
-_GCS_T5X = 'gs://t5-data/pretrained_models/t5x'
-# Registry names with a public checkpoint or a bundled one (None: the model has none).
-DEFAULT_CHECKPOINTS = {
-    'demo_target': os.path.join(ASSETS, 'target'),
-    'demo_draft': os.path.join(ASSETS, 'draft'),
-    **{f't5_{s}': f'{_GCS_T5X}/t5_1_1_{s}/checkpoint_1000000'
-       for s in ('small', 'base', 'large', 'xl', 'xxl')},
-    't5_1_0_small': f'{_GCS_T5X}/t5_small/checkpoint_1000000',
-    't5_1_0_base': f'{_GCS_T5X}/t5_base/checkpoint_999900',
-    't5_1_0_large': f'{_GCS_T5X}/t5_large/checkpoint_1000700',
-    't5_1_0_3b': f'{_GCS_T5X}/t5_3B/checkpoint_1000000',
-    't5_1_0_11b': f'{_GCS_T5X}/t5_11B/checkpoint_1000000',
-}
-DEMO_VOCAB = os.path.join(ASSETS, 'spm.model')
-T5_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
-DEMO_SAMPLES = os.path.join(ASSETS, 'samples.jsonl')
 # With refill, one decode call streams up to this many batches' worth of inputs.
 REFILL_BATCHES = 4
 
@@ -65,7 +51,7 @@ class DecodeJob:
   max_input_len: int = 64
   max_decode_len: int = 64
   truncate_inputs: bool = False
-  pad_inputs: str = 'bucket'  # or 'max' (specjax.inputs.PAD_MODES)
+  pad_inputs: str = 'bucket'  # or 'max' (specjax.job.inputs.PAD_MODES)
   refill: bool = True  # a finished row takes the next input (specjax.streaming); no mesh
   compare: bool = True
   dtype: Optional[str] = None
@@ -138,7 +124,7 @@ def load_pair(job: DecodeJob, mesh=None):
   vocab = checkpoints.load_vocab(vocab_path)
   if job.draft_vocab:
     draft_vocab = checkpoints.load_vocab(job.draft_vocab)
-    if draft_vocab._sp.serialized_model_proto() != vocab._sp.serialized_model_proto():  # pylint: disable=protected-access
+    if draft_vocab.serialized() != vocab.serialized():
       raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
                        f'{vocab_path}; speculative decoding needs one shared vocabulary')
   rules = job_rules(job)
@@ -233,9 +219,9 @@ def run(job: DecodeJob, on_record=None) -> dict:
   warm = padded(inputs[:unit])
   gamma_reason = None
   if job.gamma == 'auto':
-    from specjax import benchmark  # pylint: disable=import-outside-toplevel
+    from specjax.bench import timing  # pylint: disable=import-outside-toplevel
     job = dataclasses.replace(job)
-    job.gamma, gamma_reason = benchmark.choose_gamma(target, tp, draft, dp,
+    job.gamma, gamma_reason = timing.choose_gamma(target, tp, draft, dp,
                                                      warm[:job.batch_size], sampling,
                                                      job.max_decode_len)
   spec, base = _decoders(job, target, tp, draft, dp, sampling, mesh, refill)

@@ -15,10 +15,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specjax import acceptance, sampling
-from specjax.loop_state import (DecodeState, DecodeStats, LoopConfig, commit,
+from specjax.core import acceptance, sampling
+from specjax.core.state import (DecodeState, DecodeStats, LoopConfig, commit,
                                 extract_output, gather_rows)
-from specjax.sampling import SamplingConfig
+from specjax.core.sampling import SamplingConfig
 
 # How often each loop was traced (one per shape and static config; tests and the bench read it).
 TRACE_COUNTS: collections.Counter = collections.Counter()
@@ -244,7 +244,7 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
                    eos_id=eos_id, pad_id=pad_id)
   rng = jax.random.PRNGKey(0) if rng is None else rng
   if mesh is not None:
-    from specjax import sharded  # pylint: disable=import-outside-toplevel (it imports us)
+    from specjax.core import sharded  # pylint: disable=import-outside-toplevel (it imports us)
     return sharded.decode(mesh, target, target_params, draft, draft_params, inputs, rng,
                           cfg, rules)
   return _speculative_jit(target, target_params, draft, draft_params,
@@ -265,7 +265,7 @@ def autoregressive_decode(target, target_params, inputs, *, max_decode_len: int,
                    pad_id=pad_id)
   rng = jax.random.PRNGKey(0) if rng is None else rng
   if mesh is not None:
-    from specjax import sharded  # pylint: disable=import-outside-toplevel (it imports us)
+    from specjax.core import sharded  # pylint: disable=import-outside-toplevel (it imports us)
     return sharded.decode(mesh, target, target_params, None, None, inputs, rng, cfg, rules)
   return _autoregressive_jit(target, target_params, jnp.asarray(inputs, jnp.int32), rng, cfg)
 

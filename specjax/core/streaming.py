@@ -22,10 +22,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specjax import decoding
-from specjax.decoding import DecodeOutput
-from specjax.loop_state import DecodeState, DecodeStats, LoopConfig, extract_output
-from specjax.sampling import SamplingConfig
+from specjax.core import decoding
+from specjax.core.decoding import DecodeOutput
+from specjax.core.state import DecodeState, DecodeStats, LoopConfig, extract_output
+from specjax.core.sampling import SamplingConfig
 
 
 @flax.struct.dataclass

@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from specjax import t5x_checkpoint
+from specjax.checkpoints import t5x
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, T5Config
 
@@ -170,7 +170,7 @@ def detect_format(path: str) -> str:
     return 'hf'
   if any(m in names for m in _ORBAX_MARKERS):
     return 'orbax'
-  if t5x_checkpoint.find_steps(path):
+  if t5x.find_steps(path):
     return 't5x'
   raise ValueError(
       f'cannot tell the checkpoint format of {path}: pass a T5X checkpoint (a msgpack '
@@ -197,7 +197,7 @@ def save_params(path: str, params: PyTree, config: Optional[T5Config] = None,
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(path, params, force=force)
   if config is not None:
-    t5x_checkpoint.write_bytes(f'{path}/{CONFIG_FILE}', _config_to_json(config).encode())
+    t5x.write_bytes(f'{path}/{CONFIG_FILE}', _config_to_json(config).encode())
   return path
 
 
@@ -237,14 +237,14 @@ def _read_checkpoint(fmt: str, path: str, config: Optional[T5Config]
                      ) -> Tuple[T5Config, PyTree]:
   """(config, params) from a checkpoint; `config` None means the checkpoint's own."""
   if fmt == 't5x':
-    params = t5x_checkpoint.read_t5x_checkpoint(path)
+    params = t5x.read_t5x_checkpoint(path)
     return config or config_from_params(params), params
   if fmt == 'hf':
-    from specjax.models import hf_t5  # pylint: disable=g-import-not-at-top
+    from specjax.checkpoints import hf_t5  # pylint: disable=g-import-not-at-top
     hf_config, params = hf_t5.load_hf_dir(path)
     return config or _named(hf_config), params
   if config is None:
-    text = t5x_checkpoint.read_bytes(f'{path.rstrip("/")}/{CONFIG_FILE}')
+    text = t5x.read_bytes(f'{path.rstrip("/")}/{CONFIG_FILE}')
     if text is None:
       raise ValueError(f'orbax checkpoint {path} has no {CONFIG_FILE}; pass the model '
                        'config name it was saved with')
@@ -317,81 +317,3 @@ def load_model(name_or_config: Union[str, T5Config, None] = None,
   params = jax.tree.map(lambda x: np.asarray(x, param_dtype) if isinstance(x, np.ndarray)
                         else x.astype(param_dtype), params)
   return model, jax.device_put(params, shardings)
-
-
-# ----------------------------------------------------------------------------- vocabulary
-
-
-class Vocabulary:
-  """A T5 SentencePiece vocabulary: pad 0 (also the decoder start), eos 1, unk 2.
-
-  Attributes:
-    path: where the model was read from.
-    vocab_size: the number of SentencePiece ids.
-  """
-
-  pad_id = 0
-  eos_id = 1
-  unk_id = 2
-
-  def __init__(self, model_proto: bytes, path: str = '<bytes>'):
-    """Wraps a serialized SentencePiece model, checking T5's special ids.
-
-    Raises:
-      ValueError: the model's pad/eos/unk ids are not 0/1/2.
-    """
-    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-    self.path = path
-    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
-    ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id())
-    if ids != (0, 1, 2):
-      raise ValueError(f'vocabulary {path} has pad/eos/unk ids {ids[0]}/{ids[1]}/{ids[2]} but '
-                       'T5 needs 0/1/2; pass a T5 SentencePiece model (--vocab) or train one '
-                       'with pad_id=0 eos_id=1 unk_id=2')
-
-  @property
-  def vocab_size(self) -> int:
-    """The number of SentencePiece ids (must not exceed the model's V)."""
-    return self._sp.get_piece_size()
-
-  def encode(self, text: str) -> list:
-    """Text -> ids (no EOS appended)."""
-    return list(self._sp.encode(text))
-
-  def decode(self, ids: Sequence[int]) -> str:
-    """Ids -> text: stops at the first EOS, drops padding, maps ids past the vocab to unk."""
-    kept = []
-    for i in (int(i) for i in ids):
-      if i == self.eos_id:
-        break
-      if i != self.pad_id:
-        kept.append(i if i < self.vocab_size else self.unk_id)
-    return self._sp.decode(kept)
-
-  def check_fits(self, model_vocab_size: int) -> None:
-    """Raises ValueError if the vocabulary has ids the model's logits [.., V] cannot emit."""
-    if self.vocab_size > model_vocab_size:
-      raise ValueError(f'vocabulary {self.path} has {self.vocab_size} ids but the model '
-                       f'has only {model_vocab_size} logits; pass the vocabulary the model '
-                       'was trained with (--vocab)')
-
-
-def load_vocab(path: str) -> Vocabulary:
-  """Reads a SentencePiece model from a local path or gs:// (via tensorstore's GCS store).
-
-  Raises:
-    FileNotFoundError: no file at `path`.
-    ValueError: a gs:// read failed, or the ids are not T5's.
-  """
-  path = os.fspath(path)
-  try:
-    data = t5x_checkpoint.read_bytes(path)
-  except Exception as e:  # pylint: disable=broad-except
-    # tensorstore's GCS errors span lines; keep the message to one.
-    reason = ' '.join(str(e).split())
-    raise ValueError(f'cannot read vocabulary {path} ({reason}); copy it locally and '
-                     'pass --vocab <local path>') from e
-  if data is None:
-    raise FileNotFoundError(f'vocabulary {path} does not exist; pass a SentencePiece '
-                            'model file with --vocab')
-  return Vocabulary(data, path)

@@ -12,7 +12,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specjax.sampling import SamplingConfig
+from specjax.core.sampling import SamplingConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,10 +22,12 @@ import sys
 import jax
 import numpy as np
 
-from specjax import bench_rows, benchmark, report
-from specjax.inputs import pad_to_bucket, tokenize
-from specjax.run import ASSETS, DecodeJob, DEMO_PREFIX, load_pair
-from specjax.sampling import SamplingConfig
+from specjax.bench import report, timing
+from specjax.bench import rows as bench_rows
+from specjax.job.inputs import pad_to_bucket, tokenize
+from specjax.checkpoints.registry import ASSETS, DEMO_PREFIX
+from specjax.job.decode_job import DecodeJob, load_pair
+from specjax.core.sampling import SamplingConfig
 
 DEMO_TEST = os.path.join(ASSETS, 'test.jsonl')
 
@@ -132,7 +134,7 @@ def run_bench(args) -> dict:
               for i in range(0, len(inputs), size)])
   repeats = 4 if args.quick else 32
   cache_len = max_len + max(gammas) + 2
-  costs = benchmark.step_costs(target, tp, draft, dp, batches[0][:size], max(gammas) + 1,
+  costs = timing.step_costs(target, tp, draft, dp, batches[0][:size], max(gammas) + 1,
                                repeats=repeats, cache_len=cache_len)
   rows, baselines = [], {}
   for temperature in temperatures:
@@ -164,8 +166,8 @@ def run_bench(args) -> dict:
   }
   greedy = [r for r in rows if r['temperature'] == 0.0] or rows
   best = max(greedy, key=lambda r: r['speedup'])
-  result['draft_after_sweep'] = {'gamma': best['gamma'], **benchmark.draft_after_sweep(
-      draft, dp, batches[0][:size], best['gamma'], benchmark.params_bytes(tp), repeats,
+  result['draft_after_sweep'] = {'gamma': best['gamma'], **timing.draft_after_sweep(
+      draft, dp, batches[0][:size], best['gamma'], timing.params_bytes(tp), repeats,
       cache_len, args.rounds)}
   if args.peers == 'hf':
     result['peers'] = report.peer_summary(target, tp, draft, dp, inputs, max_len,

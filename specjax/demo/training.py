@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from specjax.training_data import (PAD_ID, Bucket, BucketedData,  # pylint: disable=unused-import
+from specjax.demo.training_data import (PAD_ID, Bucket, BucketedData,  # pylint: disable=unused-import
                                    assign_buckets, eval_batches, pad_rows, shift_right)
 
 PyTree = Any

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from sacrebleu.metrics import BLEU
 
-from specjax import demo_data
+from specjax.demo import corpus
 from specjax.models.t5_config import demo_draft, demo_target
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -93,7 +93,7 @@ def _bleu_text(r) -> str:
       '',
       'Gettext catalogs repeat templates ("Switch to workspace 3" / "... 6"), so some '
       'held-out lines have a near-twin in train (word sets with Jaccard >= 0.6, '
-      '`demo_data.near_duplicates`). BLEU on each kind:',
+      '`corpus.near_duplicates`). BLEU on each kind:',
       '',
       '| test lines | count | target BLEU | draft BLEU |',
       '|---|---|---|---|',
@@ -103,7 +103,7 @@ def _bleu_text(r) -> str:
 
 def write_card(args, r) -> str:
   """Writes MODEL_CARD.md from the stage summaries and the evaluation results; its path."""
-  counts = {s: len(demo_data.load_pairs(s, args.data)) for s in demo_data.SPLITS}
+  counts = {s: len(corpus.load_pairs(s, args.data)) for s in corpus.SPLITS}
   catalogs = len(glob.glob('/usr/share/locale/de/LC_MESSAGES/*.mo'))
   t, d = _summary(args, 'target'), _summary(args, 'draft')
   distill_minutes = sum(float(np.load(p)['minutes']) for p in glob.glob(

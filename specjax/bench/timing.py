@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax import decoding, sampling, theory
-from specjax.loop_state import LoopConfig
-from specjax.sampling import SamplingConfig
+from specjax.core import decoding, sampling, theory
+from specjax.core.state import LoopConfig
+from specjax.core.sampling import SamplingConfig
 
 
 @functools.partial(jax.jit, static_argnames=('model', 'num_tokens', 'repeats', 'cache_len'))

@@ -8,7 +8,7 @@ import platform
 import jax
 import numpy as np
 
-from specjax import theory
+from specjax.core import theory
 
 _COLUMNS = ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'tokens_per_second',
             'speedup', 'loop_speedup', 'predicted_speedup', 'efficiency',
@@ -96,12 +96,13 @@ def format_table(result: dict) -> str:
 def peer_summary(target, tp, draft, dp, inputs, max_len, gamma, greedy_tokens, seed,
                  pad_inputs: str = 'bucket') -> dict:
   """specjax at batch 1 next to transformers' greedy and assisted generation."""
-  from specjax import benchmark, decoding, peers  # pylint: disable=import-outside-toplevel
-  from specjax.inputs import pad_to_bucket  # pylint: disable=import-outside-toplevel
-  from specjax.sampling import SamplingConfig  # pylint: disable=import-outside-toplevel
+  from specjax.bench import timing, peers  # pylint: disable=import-outside-toplevel
+  from specjax.core import decoding  # pylint: disable=import-outside-toplevel
+  from specjax.job.inputs import pad_to_bucket  # pylint: disable=import-outside-toplevel
+  from specjax.core.sampling import SamplingConfig  # pylint: disable=import-outside-toplevel
   rows = [pad_to_bucket(inputs[i:i + 1], pad_inputs) for i in range(len(inputs))]
   rng = jax.random.PRNGKey(seed)
-  ours = benchmark.timed_decode(lambda x: decoding.speculative_decode(
+  ours = timing.timed_decode(lambda x: decoding.speculative_decode(
       target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_len,
       sampling=SamplingConfig(), rng=rng), rows)
   ref = [t[:n] for t, n in zip(greedy_tokens, _lengths(greedy_tokens))]

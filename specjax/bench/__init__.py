@@ -1,0 +1,1 @@
+"""`python -m specjax.bench`: measured against predicted speedup, and peers."""

@@ -1,0 +1,24 @@
+"""Where the registry's models and vocabularies live: the bundled demo pair and the public
+T5X checkpoints on GCS."""
+from __future__ import annotations
+
+import os
+
+ASSETS = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'assets', 'demo')
+DEMO_PREFIX = 'translate English to German: '
+_GCS_T5X = 'gs://t5-data/pretrained_models/t5x'
+# Registry names with a public checkpoint or a bundled one (None: the model has none).
+DEFAULT_CHECKPOINTS = {
+    'demo_target': os.path.join(ASSETS, 'target'),
+    'demo_draft': os.path.join(ASSETS, 'draft'),
+    **{f't5_{s}': f'{_GCS_T5X}/t5_1_1_{s}/checkpoint_1000000'
+       for s in ('small', 'base', 'large', 'xl', 'xxl')},
+    't5_1_0_small': f'{_GCS_T5X}/t5_small/checkpoint_1000000',
+    't5_1_0_base': f'{_GCS_T5X}/t5_base/checkpoint_999900',
+    't5_1_0_large': f'{_GCS_T5X}/t5_large/checkpoint_1000700',
+    't5_1_0_3b': f'{_GCS_T5X}/t5_3B/checkpoint_1000000',
+    't5_1_0_11b': f'{_GCS_T5X}/t5_11B/checkpoint_1000000',
+}
+DEMO_VOCAB = os.path.join(ASSETS, 'spm.model')
+T5_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
+DEMO_SAMPLES = os.path.join(ASSETS, 'samples.jsonl')

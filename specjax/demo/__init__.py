@@ -1,0 +1,1 @@
+"""The bundled demo pair: its corpus (gettext catalogs), training, and model card."""

@@ -1,0 +1,1 @@
+"""What `python -m specjax.decode` runs: inputs, the decode job, its outputs."""
