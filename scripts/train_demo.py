@@ -30,7 +30,7 @@ import sacrebleu
 
 from specjax import checkpoints
 from specjax.demo import corpus, training
-from specjax.core.decoding import autoregressive_decode, speculative_decode
+from specjax.core.api import autoregressive_decode, speculative_decode
 from specjax.models.t5 import T5
 from specjax.models.t5_config import demo_draft, demo_target
 from specjax.core.sampling import SamplingConfig

@@ -13,7 +13,7 @@ import sys
 import jax
 from tqdm import tqdm
 
-from specjax.parallel import sharding
+from specjax.parallel import mesh as mesh_lib
 from specjax.job.decode_job import DecodeJob, run
 
 
@@ -48,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--batch-size', type=int, default=8, help='rows decoded at once')
   p.add_argument('--no-refill', action='store_true', help='decode fixed batches, each '
                  'running until its slowest row is done (default: a finished row takes the '
-                 'next input at once; always fixed batches on a mesh)')
+                 'next input at once, on a mesh too)')
   p.add_argument('--max-input-len', type=int, default=64, help='encoder length; longer '
                  'inputs are an error unless --truncate-inputs')
   p.add_argument('--truncate-inputs', action='store_true', help='cut inputs longer than '
@@ -120,7 +120,7 @@ def _print_summary(s: dict) -> None:
 def main(argv=None) -> int:
   args = parse_args(argv)
   # Before anything touches a device; then only host 0 of a pod writes and prints.
-  primary = not sharding.init_distributed(args.multihost) or jax.process_index() == 0
+  primary = not mesh_lib.init_distributed(args.multihost) or jax.process_index() == 0
   output = None
   try:
     job = _job(args)

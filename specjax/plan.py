@@ -28,7 +28,9 @@ import jax
 
 jax.config.update('jax_platforms', 'cpu')  # plan on the host even on a TPU VM
 
-from specjax.parallel import memory_plan, sharding  # pylint: disable=wrong-import-position
+from specjax.parallel import memory_plan  # pylint: disable=wrong-import-position
+from specjax.parallel import mesh as mesh_lib
+from specjax.parallel import rules as axis_rules
 from specjax.models.t5_config import T5_CONFIGS
 
 FULL = dict(meshes=((1, 1), (1, 4), (1, 8), (2, 8)), batches=(1, 8, 32), lengths=(128, 256),
@@ -163,8 +165,8 @@ def main(argv=None) -> int:
 
   common = dict(target=T5_CONFIGS[args.target], draft=T5_CONFIGS[args.draft],
                 gamma=args.gamma, input_len=args.input_len, activation_dtype=args.dtype,
-                temperature=args.temperature, rules=sharding.STANDARD_RULES)
-  runs = [('cpu', [sharding.make_mesh(shape=s) for s in grid['meshes']], 1)]
+                temperature=args.temperature, rules=axis_rules.STANDARD_RULES)
+  runs = [('cpu', [mesh_lib.make_mesh(shape=s) for s in grid['meshes']], 1)]
   if args.tpu:
     runs.insert(0, ('tpu', _tpu_meshes(grid['meshes']), 2))
   for backend, meshes, per_chip in runs:

@@ -16,7 +16,7 @@ def _run(num, seed=0):
                              shape=(num, 2)).astype(jnp.int32)  # [B, G] drawn from q
   p = jnp.broadcast_to(jnp.asarray(P), (num,) + P.shape)
   q = jnp.broadcast_to(jnp.asarray(Q), (num,) + Q.shape)
-  return x, acceptance.accept(p, q, x, ka, greedy=False)
+  return x, acceptance.accept(p, q, x, jax.random.split(ka, num))
 
 
 def test_accepted_count_follows_beta():
@@ -42,23 +42,29 @@ def test_first_emitted_token_follows_p():
   assert stats.chisquare(np.bincount(bonus, minlength=3), P[2].astype(np.float64) / P[2].sum(dtype=np.float64) * len(bonus)).pvalue > 1e-3
 
 
-def test_greedy_is_exact_match():
-  p = jax.nn.one_hot(jnp.array([[2, 0, 1]]), 3)
-  q = jax.nn.one_hot(jnp.array([[2, 1]]), 3)
-  res = acceptance.accept(p, q, jnp.array([[2, 1]]), jax.random.PRNGKey(0), greedy=True)
-  assert int(res.n[0]) == 1 and int(res.y[0]) == 0
-  res = acceptance.accept(p, p[:, :2], jnp.array([[2, 0]]), jax.random.PRNGKey(0), greedy=True)
-  assert int(res.n[0]) == 2 and int(res.y[0]) == 1
+def _keys(num, seed=0):
+  return jax.random.split(jax.random.PRNGKey(seed), num)
+
+
+def test_one_hot_rows_are_exact_match():
+  """A greedy row inside a sampled batch: one-hot p and q accept exactly the target's
+  argmax, whatever the uniforms, and the extra token is the target's argmax."""
+  p = jnp.tile(jax.nn.one_hot(jnp.array([[2, 0, 1]]), 3), (256, 1, 1))
+  q = jnp.tile(jax.nn.one_hot(jnp.array([[2, 1]]), 3), (256, 1, 1))
+  res = acceptance.accept(p, q, jnp.tile(jnp.array([[2, 1]]), (256, 1)), _keys(256))
+  assert set(np.asarray(res.n).tolist()) == {1} and set(np.asarray(res.y).tolist()) == {0}
+  res = acceptance.accept(p, p[:, :2], jnp.tile(jnp.array([[2, 0]]), (256, 1)), _keys(256))
+  assert set(np.asarray(res.n).tolist()) == {2} and set(np.asarray(res.y).tolist()) == {1}
 
 
 def test_no_nan_when_residual_underflows():
   p = jnp.asarray(P)[None]
-  res = acceptance.accept(p, p[:, :2], jnp.array([[0, 1]]), jax.random.PRNGKey(0), False)
+  res = acceptance.accept(p, p[:, :2], jnp.array([[0, 1]]), _keys(1))
   assert int(res.n[0]) == 2  # p == q accepts every token
   assert np.all(np.isfinite(np.asarray(res.beta)))
   # q slightly above p everywhere it matters: residual ~ 0 but a valid token comes out
   q = jnp.asarray(P[:2] + 1e-9)[None]
-  res = acceptance.accept(p, q, jnp.array([[0, 1]]), jax.random.PRNGKey(1), False)
+  res = acceptance.accept(p, q, jnp.array([[0, 1]]), _keys(1, 1))
   assert 0 <= int(res.y[0]) < 3
 
 
@@ -71,7 +77,7 @@ def test_accept_greedy_equals_accept_on_one_hots():
                rng.integers(0, vocab, (batch, gamma))).astype(np.int32)
   p = jax.nn.one_hot(target_tokens, vocab)
   q = jax.nn.one_hot(x, vocab)
-  full = acceptance.accept(p, q, jnp.asarray(x), jax.random.PRNGKey(0), greedy=True)
+  full = acceptance.accept(p, q, jnp.asarray(x), _keys(batch))
   fast = acceptance.accept_greedy(jnp.asarray(target_tokens), jnp.asarray(x))
   for name in ('n', 'y', 'accepted', 'beta'):
     np.testing.assert_array_equal(np.asarray(getattr(fast, name)),
@@ -97,8 +103,8 @@ def test_argmax_equals_jnp_argmax_on_ties_nan_and_inf():
 
 def test_sample_follows_unnormalised_probs_and_never_draws_a_zero(monkeypatch):
   probs = np.array([0.0, 0.1, 0.0, 0.25, 0.05, 0.0, 0.6, 0.0], np.float32) * 3.0  # sums to 3
-  draws = np.asarray(sampling.sample(jax.random.PRNGKey(3),
-                                     jnp.broadcast_to(jnp.asarray(probs), (50_000, 8)), False))
+  draws = np.asarray(sampling.sample(jax.random.split(jax.random.PRNGKey(3), 50_000),
+                                     jnp.broadcast_to(jnp.asarray(probs), (50_000, 8))))
   counts = np.bincount(draws, minlength=8)
   assert counts[probs == 0].sum() == 0 and draws.max() < 8
   expected = probs[probs > 0].astype(np.float64) / probs.sum(dtype=np.float64) * len(draws)
@@ -106,4 +112,4 @@ def test_sample_follows_unnormalised_probs_and_never_draws_a_zero(monkeypatch):
   # The extreme uniforms land on the first and the last token of positive probability.
   for u, token in ((0.0, 1), (np.nextafter(np.float32(1), np.float32(0)), 6), (1.0, 6)):
     monkeypatch.setattr(jax.random, 'uniform', lambda *a, u=u, **k: jnp.full(a[1], u))
-    assert int(sampling.sample(jax.random.PRNGKey(0), jnp.asarray(probs)[None], False)[0]) == token
+    assert int(sampling.sample(_keys(1), jnp.asarray(probs)[None])[0]) == token

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from specjax.bench import cli, rows, timing, report
+from specjax.bench import cli, decodes, report, rows, timing
 from specjax.core import theory
 
 
@@ -154,6 +154,13 @@ def test_model_calls_of_one_iteration_are_the_loops_calls():
   # Traced twice (the timed loop and the zero-repeat one that measures the set-up).
   assert target_log == [(3, 5)] * 2  # one verify call of G + 1 tokens
   assert draft_log == [(3, 2), (3, 1)] * 2  # the catch-up call, then the scanned steps
+  # The decode loop itself makes the same calls (after writing the [3, 4] prompts).
+  import specjax
+  loop_target, loop_draft = [], []
+  specjax.speculative_decode(_Recording(model, loop_target), params,
+                             _Recording(model, loop_draft), params,
+                             np.full((3, 4), 5, np.int32), gamma=4, max_decode_len=6)
+  assert loop_target == [(3, 4), (3, 5)] and loop_draft == [(3, 4), (3, 2), (3, 1)]
 
 
 def test_quick_bench_end_to_end(tmp_path):
@@ -188,7 +195,7 @@ def test_quick_bench_end_to_end(tmp_path):
   assert result['draft_after_sweep']['gamma'] in (1, 2)
   assert all(run['identical'] for run in result['peers']['runs'].values())
   assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-  assert 'Where the time goes' in md.read_text()
+  assert 'Where the time goes' in md.read_text() and '`draft_step`' in md.read_text()
   assert 'timing noise:' in md.read_text()  # --rounds 3 by default
 
 
@@ -204,7 +211,7 @@ def test_inputs_first_or_longest_in_file_order(tmp_path):
 def test_timed_decode_keeps_each_batchs_fastest_pass():
   import time
   import numpy as np
-  from specjax.core.decoding import DecodeOutput
+  from specjax.core.state import DecodeOutput
   from specjax.core.state import DecodeStats
   calls = []
 
@@ -216,7 +223,7 @@ def test_timed_decode_keeps_each_batchs_fastest_pass():
                         stats=DecodeStats.zeros(1, 2))
 
   batches = [np.full((1, 3), i, np.int32) for i in range(4)]
-  run = timing.timed_decode(fn, batches, passes=3)
+  run = decodes.timed_decode(fn, batches, passes=3)
   assert len(calls) == 1 + 4 * 3  # the compile call, then three passes per batch
   assert run['seconds'] < 0.2 and run['num_tokens'] == 4
   assert run['tokens'].tolist() == [[i] * 3 for i in range(4)]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.core import decoding
+from specjax.core import api
 from specjax.models.markov import MarkovModel
 from models_for_tests import chain_markov, random_markov, tiny_transformer
 
@@ -14,34 +14,39 @@ def test_one_trace_per_shape_across_inputs_and_rngs():
   target, tp = tiny_transformer()
   draft, dp = tiny_transformer(seed=4, layers=1)
   config = specjax.SamplingConfig(temperature=1.0)
-  before = decoding.TRACE_COUNTS['speculative']
+  decoder = lambda gamma: api.decoder_of(target, draft, gamma=gamma, max_decode_len=10,
+                                         sampling=config, rows=2)
+  before = decoder(3).traces
   outs = []
   for seed, inputs in enumerate(([[3, 4, 0], [5, 0, 0]], [[9, 9, 9], [2, 7, 0]])):
     outs.append(specjax.speculative_decode(target, tp, draft, dp, jnp.array(inputs), gamma=3,
                                            max_decode_len=10, sampling=config,
                                            rng=jax.random.PRNGKey(seed)))
-  assert decoding.TRACE_COUNTS['speculative'] == before + 1
+  assert decoder(3).traces == before + 1
   # different inputs really gave different acceptance patterns and outputs
   assert not np.array_equal(outs[0].tokens, outs[1].tokens)
   # a new static config (gamma) compiles once more, and only once
+  before = decoder(2).traces
   for _ in range(2):
     specjax.speculative_decode(target, tp, draft, dp, jnp.array([[1, 2, 3], [4, 5, 6]]),
                                gamma=2, max_decode_len=10, sampling=config)
-  assert decoding.TRACE_COUNTS['speculative'] == before + 2
+  assert decoder(2).traces == before + 1
 
 
 def test_whole_decode_is_one_program_without_host_callbacks():
   target, tp = chain_markov(0)
   draft, dp = random_markov(3)
-  cfg = decoding.LoopConfig(gamma=3, max_decode_len=8, sampling=specjax.SamplingConfig())
-  jaxpr = jax.make_jaxpr(decoding._speculative_jit.__wrapped__, static_argnums=(0, 2, 6))(
-      target, tp, draft, dp, jnp.array([[3]]), jax.random.PRNGKey(0), cfg)
+  inputs = jax.device_put(jnp.array([[3]], jnp.int32))
+  rng = jax.random.PRNGKey(0)
+  decoder = api.decoder_of(target, draft, gamma=3, max_decode_len=8,
+                           sampling=specjax.SamplingConfig(), rows=1)
+  params = specjax.SamplingParams.of(specjax.SamplingConfig(), 1)
+  jaxpr = jax.make_jaxpr(decoder.whole)(tp, dp, inputs, jnp.int32(1),
+                                         jnp.zeros((1,), jnp.int32), rng, params)
   text = str(jaxpr)
   assert text.count('while[') == 1
   for primitive in ('callback', 'io_callback', 'debug_callback', 'infeed', 'outfeed'):
     assert primitive not in text
-  inputs = jax.device_put(jnp.array([[3]], jnp.int32))
-  rng = jax.random.PRNGKey(0)
   specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=3, max_decode_len=8, rng=rng)
   with jax.transfer_guard('disallow'):  # compiled: the call moves nothing to or from the host
     out = specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=3, max_decode_len=8,

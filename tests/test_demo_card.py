@@ -23,3 +23,13 @@ def test_bleu_by_kind_splits_lines():
   assert got['near_duplicate']['lines'] == 2 and got['novel']['lines'] == 6
   assert got['near_duplicate']['target'] == 100.0 and got['novel']['draft'] == 100.0
   assert got['near_duplicate']['draft'] < 5 and got['novel']['target'] < 5
+
+
+def test_line_statistics_sum_to_sacrebleus_corpus_bleu():
+  from sacrebleu.metrics import BLEU
+  import numpy as np
+  hyps = ['Die Datei wurde nicht gefunden.', 'Fehler beim Lesen der Datei', 'Datei öffnen',
+          'Die Datei eins wurde nicht gefunden und kann nicht geöffnet werden']
+  refs = REFS[:4]
+  stats = sum(demo_card.line_statistics(h, r) for h, r in zip(hyps, refs))
+  assert demo_card.corpus_bleu_of(stats) == np.float64(BLEU().corpus_score(hyps, [refs]).score)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.core import acceptance, decoding
+from specjax.core import acceptance, api
 from specjax.models.markov import MarkovModel
 from stats_util import chi_square_pvalue, enumerate_markov
 
@@ -56,14 +56,48 @@ def test_broken_rule_with_unwarped_q_is_detected(monkeypatch):
   temperature = 0.7
   exact_accept = acceptance.accept
 
-  def broken_accept(p, q, x, rng, greedy):
+  def broken_accept(p, q, x, keys):
     raw = q ** temperature  # softmax(l / T) ** T is proportional to softmax(l)
-    return exact_accept(p, raw / jnp.sum(raw, -1, keepdims=True), x, rng, greedy)
+    return exact_accept(p, raw / jnp.sum(raw, -1, keepdims=True), x, keys)
 
-  monkeypatch.setattr(decoding.acceptance, 'accept', broken_accept)
+  monkeypatch.setattr(acceptance, 'accept', broken_accept)
   jax.clear_caches()
   try:
     tokens, expected, _ = _sample(specjax.SamplingConfig(temperature=temperature))
   finally:
     jax.clear_caches()
   assert chi_square_pvalue(tokens, expected) < 1e-3
+
+
+def test_rows_of_one_batch_sample_with_their_own_settings_without_recompiling():
+  """Greedy rows, T=0.7 + top-k rows and T=1 + top-p rows in ONE batch: the greedy rows are
+  the target's greedy decode, each sampled group follows its own warped target; new values
+  (temperatures, k, p) run on the same compiled program."""
+  target, tp, dp = _pair()
+  n = 12_000
+  greedy_ref = specjax.autoregressive_decode(target, tp, jnp.full((1, 1), START, jnp.int32),
+                                             max_decode_len=STEPS)
+  inputs = jnp.full((3 * n, 1), START, jnp.int32)
+
+  def run(settings, seed):
+    rows = [s for s in settings for _ in range(n)]
+    out = specjax.speculative_decode(target, tp, target, dp, inputs, gamma=2,
+                                     max_decode_len=STEPS, sampling=rows,
+                                     rng=jax.random.PRNGKey(seed))
+    tokens = np.asarray(out.tokens)
+    np.testing.assert_array_equal(tokens[:n], np.tile(greedy_ref.tokens, (n, 1)))
+    for i, config in enumerate(settings[1:], 1):
+      expected = enumerate_markov(target.transition_probs(tp, config), START, STEPS)
+      assert chi_square_pvalue(tokens[i * n:(i + 1) * n], expected) > 1e-3, config
+    return out
+
+  first = [specjax.SamplingConfig(0.0), specjax.SamplingConfig(0.7, top_k=3),
+           specjax.SamplingConfig(1.0, top_p=0.8)]
+  decoder = api.decoder_of(target, target, gamma=2, max_decode_len=STEPS,
+                           sampling=[s for s in first for _ in range(n)], rows=3 * n)
+  before = decoder.traces
+  run(first, seed=1)
+  assert decoder.traces == before + 1
+  run([specjax.SamplingConfig(0.0), specjax.SamplingConfig(0.4, top_k=2),
+       specjax.SamplingConfig(1.3, top_p=0.6)], seed=2)
+  assert decoder.traces == before + 1  # new values, same program

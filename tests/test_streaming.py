@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.core import streaming
 from specjax.models.markov import MarkovModel
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny, t5_tiny_draft
@@ -38,7 +37,7 @@ def test_greedy_stream_equals_each_inputs_own_decode():
   fixed = specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=3,
                                      max_decode_len=12)
   for slots in (1, 3, 4):
-    out = streaming.stream_decode(target, tp, draft, dp, inputs, slots=slots, gamma=3,
+    out = specjax.speculative_decode(target, tp, draft, dp, inputs, slots=slots, gamma=3,
                                   max_decode_len=12)
     iterations = out.iterations
     np.testing.assert_array_equal(out.tokens, ref.tokens)
@@ -54,8 +53,7 @@ def test_greedy_stream_equals_each_inputs_own_decode():
     assert int(iterations) <= batched
     if slots == 3:
       assert int(iterations) < batched
-  alone = streaming.stream_decode(target, tp, None, None, inputs, slots=4, gamma=0,
-                                     max_decode_len=12)
+  alone = specjax.autoregressive_decode(target, tp, inputs, slots=4, max_decode_len=12)
   np.testing.assert_array_equal(alone.tokens, ref.tokens)
   np.testing.assert_array_equal(alone.stats.target_calls, ref.lengths)
 
@@ -64,7 +62,7 @@ def test_only_the_first_num_inputs_are_decoded():
   target, tp, draft, dp = _pair()
   inputs = _inputs()
   ref = specjax.autoregressive_decode(target, tp, inputs[:5], max_decode_len=12)
-  out = streaming.stream_decode(target, tp, draft, dp, inputs, slots=3, gamma=2,
+  out = specjax.speculative_decode(target, tp, draft, dp, inputs, slots=3, gamma=2,
                                    max_decode_len=12, num_inputs=5)
   np.testing.assert_array_equal(out.tokens[:5], ref.tokens)
   assert not np.asarray(out.tokens[5:]).any() and not np.asarray(out.lengths[5:]).any()
@@ -74,10 +72,10 @@ def test_only_the_first_num_inputs_are_decoded():
 def test_bad_arguments():
   target, tp, draft, dp = _pair()
   with pytest.raises(ValueError, match='slots'):
-    streaming.stream_decode(target, tp, draft, dp, _inputs(), slots=0, gamma=2,
+    specjax.speculative_decode(target, tp, draft, dp, _inputs(), slots=0, gamma=2,
                             max_decode_len=4)
   with pytest.raises(ValueError, match='gamma'):
-    streaming.stream_decode(target, tp, draft, dp, _inputs(), slots=2, gamma=0,
+    specjax.speculative_decode(target, tp, draft, dp, _inputs(), slots=2, gamma=0,
                             max_decode_len=4)
 
 
@@ -88,7 +86,7 @@ def test_sampled_stream_follows_the_target():
   tp = model.init(jax.random.PRNGKey(10), scale=1.5)
   dp = model.init(jax.random.PRNGKey(11), scale=3.0)
   config = specjax.SamplingConfig(temperature=1.0)
-  out = streaming.stream_decode(model, tp, model, dp, jnp.full((n, 1), start, jnp.int32),
+  out = specjax.speculative_decode(model, tp, model, dp, jnp.full((n, 1), start, jnp.int32),
                                    slots=64, gamma=2, max_decode_len=steps, sampling=config,
                                    rng=jax.random.PRNGKey(4))
   expected = enumerate_markov(model.transition_probs(tp, config), start, steps)

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax.core import decoding
+from specjax.core import decoder as decoder_lib
+from specjax.core.sampling import SamplingConfig, SamplingParams
 from specjax.core.state import LoopConfig
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, T5Config
-from specjax.core.sampling import SamplingConfig
 
 # Small enough to run fast on CPU, big enough (V, T) for varied argmaxes and positions.
 V11 = T5Config(vocab_size=40, emb_dim=16, num_heads=4, num_encoder_layers=2,
@@ -209,11 +209,9 @@ def test_decode_loop_relayouts_no_cache_and_no_cross_kv():
   """
   target, draft = T5(T5_CONFIGS['demo_target']), T5(T5_CONFIGS['demo_draft'])
   params = [jax.eval_shape(m.init, jax.random.key(0)) for m in (target, draft)]
-  cfg = LoopConfig(gamma=3, max_decode_len=32, sampling=SamplingConfig())
+  cfg = LoopConfig(gamma=3, max_decode_len=32)
   inputs = jax.ShapeDtypeStruct((1, 16), jnp.int32)
-  text = decoding._speculative_jit.lower(  # pylint: disable=protected-access
-      target, params[0], draft, params[1], inputs, jax.random.PRNGKey(0),
-      cfg).compile().as_text()
+  text = _lower_whole(target, params[0], draft, params[1], inputs, cfg).compile().as_text()
   loop_text = '\n'.join(_loop_bodies(text))
   squeeze = lambda dims: tuple(d for d in dims if d != 1)
   leaves = [(m.init_cache(1, 37), jax.eval_shape(m.encode, p, inputs)['cross'])
@@ -226,6 +224,15 @@ def test_decode_loop_relayouts_no_cache_and_no_cross_kv():
     if math.prod(shape) >= smallest and shape not in leaf_shapes:
       relayouts.append((name, shape))
   assert not relayouts, (relayouts, leaf_shapes)
+
+
+def _lower_whole(target, tp, draft, dp, inputs, cfg):
+  """The one program a single-device decode runs, lowered against shapes."""
+  num = inputs.shape[0]
+  ints = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)
+  sampling = SamplingParams.of(SamplingConfig(), num)
+  return jax.jit(decoder_lib.Decoder(target, draft, cfg).whole).lower(
+      tp, dp, inputs, ints(), ints(num), jax.random.PRNGKey(0), sampling)
 
 
 def _loop_bodies(text: str) -> list:
@@ -242,14 +249,12 @@ def test_batch_one_steps_copy_each_cache_leaf_at_most_once(gamma):
   target-alone step."""
   target, draft = T5(T5_CONFIGS['demo_target']), T5(T5_CONFIGS['demo_draft'])
   params = [jax.eval_shape(m.init, jax.random.key(0)) for m in (target, draft)]
-  cfg = LoopConfig(gamma=gamma, max_decode_len=32, sampling=SamplingConfig())
+  cfg = LoopConfig(gamma=gamma, max_decode_len=32)
   inputs = jax.ShapeDtypeStruct((1, 16), jnp.int32)
   if gamma:
-    lowered = decoding._speculative_jit.lower(  # pylint: disable=protected-access
-        target, params[0], draft, params[1], inputs, jax.random.PRNGKey(0), cfg)
+    lowered = _lower_whole(target, params[0], draft, params[1], inputs, cfg)
   else:
-    lowered = decoding._autoregressive_jit.lower(  # pylint: disable=protected-access
-        target, params[0], inputs, jax.random.PRNGKey(0), cfg)
+    lowered = _lower_whole(target, params[0], None, {}, inputs, cfg)
   width = cfg.width(1)
   leaves = {}
   for model in (target, draft) if gamma else (target,):

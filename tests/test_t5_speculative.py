@@ -38,11 +38,11 @@ def test_t5_greedy_speculative_equals_target():
 def _first_two_probs(target, tp, inputs, config):
   """Exact joint probability of the first two output tokens for one input row."""
   vocab = target.vocab_size
-  first = sampling.warp(
+  first = sampling.warp_all(
       target.logits(tp, inputs[None], jnp.zeros((1, 1), jnp.int32))[0, 0], config)
   dec = jnp.stack([jnp.zeros(vocab, jnp.int32), jnp.arange(vocab)], axis=1)  # [V, 2]
   logits = target.logits(tp, jnp.repeat(inputs[None], vocab, 0), dec)[:, 1]  # [V, V]
-  second = sampling.warp(logits, config)
+  second = sampling.warp_all(logits, config)
   first, second = np.asarray(first, np.float64), np.asarray(second, np.float64)
   probs = {}
   for a in range(vocab):

@@ -22,7 +22,7 @@ import sys
 import jax
 import numpy as np
 
-from specjax.bench import report, timing
+from specjax.bench import peers, report, timing
 from specjax.bench import rows as bench_rows
 from specjax.job.inputs import pad_to_bucket, tokenize
 from specjax.checkpoints.registry import ASSETS, DEMO_PREFIX
@@ -170,7 +170,7 @@ def run_bench(args) -> dict:
       draft, dp, batches[0][:size], best['gamma'], timing.params_bytes(tp), repeats,
       cache_len, args.rounds)}
   if args.peers == 'hf':
-    result['peers'] = report.peer_summary(target, tp, draft, dp, inputs, max_len,
+    result['peers'] = peers.peer_summary(target, tp, draft, dp, inputs, max_len,
                                           best['gamma'], greedy_tokens, args.seed,
                                           args.pad_inputs)
   return result

@@ -11,9 +11,14 @@ import tempfile
 import time
 from typing import Dict, Sequence
 
+import jax
 import numpy as np
 
+from specjax.bench import decodes
 from specjax.checkpoints import hf_t5
+from specjax.core import api
+from specjax.core.sampling import SamplingConfig
+from specjax.job.inputs import pad_to_bucket
 
 
 def _load_hf(path: str):
@@ -79,3 +84,39 @@ def _generate_all(hf_target, examples, max_decode_len, extra) -> dict:
     tokens += len(new)
   return {'seconds': seconds, 'tokens': tokens,
           'tokens_per_second': tokens / max(seconds, 1e-9), 'outputs': outputs}
+
+
+def peer_summary(target, tp, draft, dp, inputs, max_len, gamma, greedy_tokens, seed,
+                 pad_inputs: str = 'bucket') -> dict:
+  """specjax at batch 1 next to transformers' greedy and assisted generation."""
+  rows = [pad_to_bucket(inputs[i:i + 1], pad_inputs) for i in range(len(inputs))]
+  rng = jax.random.PRNGKey(seed)
+  ours = decodes.timed_decode(lambda x: api.speculative_decode(
+      target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_len,
+      sampling=SamplingConfig(), rng=rng), rows)
+  ref = [t[:n] for t, n in zip(greedy_tokens, _lengths(greedy_tokens))]
+  runs = {'specjax': {'tokens_per_second': ours['num_tokens'] / ours['seconds'],
+                      'seconds': ours['seconds'], 'tokens': ours['num_tokens'],
+                      'identical': bool(np.array_equal(ours['tokens'], greedy_tokens))}}
+  threads = int(os.environ.get('SPECJAX_THREADS', os.cpu_count() or 1))
+  for name, run in run_hf_peers(target, tp, draft, dp, list(inputs), max_len, gamma,
+                                      threads).items():
+    if 'error' in run:
+      runs[name] = {'error': run['error'], 'tokens_per_second': None, 'identical': None}
+      continue
+    same = all(np.array_equal(a, b) for a, b in zip(run['outputs'], ref))
+    runs[name] = {'tokens_per_second': run['tokens_per_second'], 'seconds': run['seconds'],
+                  'tokens': run['tokens'], 'identical': bool(same)}
+  assisted = runs['hf_assisted']['tokens_per_second']
+  return {'gamma': gamma, 'threads': threads, 'runs': runs,
+          'specjax_over_hf_assisted': (runs['specjax']['tokens_per_second'] / assisted
+                                       if assisted else None)}
+
+
+def _lengths(tokens):
+  """Generated length of each row: up to and including the first EOS (1)."""
+  out = []
+  for row in tokens:
+    eos = np.flatnonzero(row == 1)
+    out.append(int(eos[0]) + 1 if len(eos) else len(row))
+  return out

@@ -93,46 +93,6 @@ def format_table(result: dict) -> str:
   return '\n'.join(lines)
 
 
-def peer_summary(target, tp, draft, dp, inputs, max_len, gamma, greedy_tokens, seed,
-                 pad_inputs: str = 'bucket') -> dict:
-  """specjax at batch 1 next to transformers' greedy and assisted generation."""
-  from specjax.bench import timing, peers  # pylint: disable=import-outside-toplevel
-  from specjax.core import decoding  # pylint: disable=import-outside-toplevel
-  from specjax.job.inputs import pad_to_bucket  # pylint: disable=import-outside-toplevel
-  from specjax.core.sampling import SamplingConfig  # pylint: disable=import-outside-toplevel
-  rows = [pad_to_bucket(inputs[i:i + 1], pad_inputs) for i in range(len(inputs))]
-  rng = jax.random.PRNGKey(seed)
-  ours = timing.timed_decode(lambda x: decoding.speculative_decode(
-      target, tp, draft, dp, x, gamma=gamma, max_decode_len=max_len,
-      sampling=SamplingConfig(), rng=rng), rows)
-  ref = [t[:n] for t, n in zip(greedy_tokens, _lengths(greedy_tokens))]
-  runs = {'specjax': {'tokens_per_second': ours['num_tokens'] / ours['seconds'],
-                      'seconds': ours['seconds'], 'tokens': ours['num_tokens'],
-                      'identical': bool(np.array_equal(ours['tokens'], greedy_tokens))}}
-  threads = int(os.environ.get('SPECJAX_THREADS', os.cpu_count() or 1))
-  for name, run in peers.run_hf_peers(target, tp, draft, dp, list(inputs), max_len, gamma,
-                                      threads).items():
-    if 'error' in run:
-      runs[name] = {'error': run['error'], 'tokens_per_second': None, 'identical': None}
-      continue
-    same = all(np.array_equal(a, b) for a, b in zip(run['outputs'], ref))
-    runs[name] = {'tokens_per_second': run['tokens_per_second'], 'seconds': run['seconds'],
-                  'tokens': run['tokens'], 'identical': bool(same)}
-  assisted = runs['hf_assisted']['tokens_per_second']
-  return {'gamma': gamma, 'threads': threads, 'runs': runs,
-          'specjax_over_hf_assisted': (runs['specjax']['tokens_per_second'] / assisted
-                                       if assisted else None)}
-
-
-def _lengths(tokens):
-  """Generated length of each row: up to and including the first EOS (1)."""
-  out = []
-  for row in tokens:
-    eos = np.flatnonzero(row == 1)
-    out.append(int(eos[0]) + 1 if len(eos) else len(row))
-  return out
-
-
 def plot(result: dict, path: str) -> None:
   """PNG: measured and predicted speedup against gamma, one colour per temperature."""
   import matplotlib  # pylint: disable=import-outside-toplevel
@@ -257,6 +217,13 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
       f'- every figure of a row (both decodes, their prefills, t_1, the verify, the draft '
       f'step, the model calls of one iteration) is timed in {result.get("rounds", 1)} '
       'interleaved rounds and keeps its fastest; c and v in a row are its own',
+      '- how c and v are timed: with the functions the decode loop runs '
+      '(`specjax.core.steps`), each inside a jitted loop of its own with tokens and '
+      'positions varying as in a decode, at the row\'s batch size and cache length: t_K is '
+      'one `verify` call of K tokens (t_1 the target alone\'s step), v(K) = t_K / t_1; c '
+      'is one `draft_step` (a one-token draft call and its argmax) over t_1; the model '
+      'calls of one iteration are `draft_block` (the two-token catch-up call, then G - 1 '
+      'scanned draft steps) and a `verify` of G + 1 tokens, alternating',
       '- efficiency = x tokens (tokens per iteration / E) x calls (calls timed alone / '
       'the same calls alternating) x loop (alternating calls / iteration) x baseline '
       '(target-alone time per token / t_1)',

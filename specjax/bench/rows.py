@@ -15,8 +15,8 @@ from typing import Callable, Dict, Optional
 import jax
 import numpy as np
 
-from specjax.bench import timing
-from specjax.core import decoding, streaming, theory
+from specjax.bench import decodes, timing
+from specjax.core import api, theory
 from specjax.core.sampling import SamplingConfig
 
 
@@ -140,15 +140,10 @@ def decode_fns(target, tp, draft, dp, gamma: int, sampling: SamplingConfig,
                max_decode_len: int, seed: int = 0, slots: Optional[int] = None):
   """(speculative, target alone): functions of one batch [B, S], or with `slots` of a
   stream of inputs [N, S] decoded through that many rows that refill as they finish."""
-  rng = jax.random.PRNGKey(seed)
-  kw = dict(max_decode_len=max_decode_len, sampling=sampling, rng=rng)
-  if slots:
-    return (lambda x: streaming.stream_decode(target, tp, draft, dp, x, slots=slots,
-                                              gamma=gamma, **kw),
-            lambda x: streaming.stream_decode(target, tp, None, None, x, slots=slots,
-                                              gamma=0, **kw))
-  return (lambda x: decoding.speculative_decode(target, tp, draft, dp, x, gamma=gamma, **kw),
-          lambda x: decoding.autoregressive_decode(target, tp, x, **kw))
+  kw = dict(max_decode_len=max_decode_len, sampling=sampling, rng=jax.random.PRNGKey(seed),
+            slots=slots)
+  return (lambda x: api.speculative_decode(target, tp, draft, dp, x, gamma=gamma, **kw),
+          lambda x: api.autoregressive_decode(target, tp, x, **kw))
 
 
 def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: SamplingConfig,
@@ -166,7 +161,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     rounds: interleaved rounds (see the module docstring); each figure keeps its fastest.
     repeats, cache_len: of the timed model-call loops (`timing.call_seconds`).
     slots: stream each of `batches` through this many rows that take the next input as
-      they finish (`streaming`); None: each batch is one decode of its B rows.
+      they finish (refill); None: each batch is one decode of its B rows.
 
   Returns:
     The row: alpha, tokens per call, tokens/s, speedups, the prediction, efficiency and
@@ -175,27 +170,29 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
   """
   spec_fn, base_fn = decode_fns(target, tp, draft, dp, gamma, sampling, max_decode_len,
                                 seed, slots)
-  counter = 'streaming' if slots else 'speculative'
-  traces = decoding.TRACE_COUNTS[counter]
+  shapes = decodes.one_per_shape(batches)
+  decoders = {api.decoder_of(target, draft, gamma=gamma, max_decode_len=max_decode_len,
+                             sampling=sampling, rows=len(x), slots=slots) for x in shapes}
+  traces = sum(d.traces for d in decoders)
   start = time.perf_counter()
-  shapes = timing.one_per_shape(batches)
   jax.block_until_ready(spec_fn(shapes[0]))
   compile_seconds = time.perf_counter() - start
   for x in shapes:  # every width compiled before any timing
     jax.block_until_ready((spec_fn(x), base_fn(x)))
-  spec, base = timing.BatchTimes(spec_fn, batches), timing.BatchTimes(base_fn, batches)
+  spec, base = decodes.BatchTimes(spec_fn, batches), decodes.BatchTimes(base_fn, batches)
   x0 = max(shapes, key=lambda x: sum(b.shape == x.shape for b in batches))  # the usual width
   batch = slots or len(batches[0])
   x0 = x0[:batch]  # the model calls are timed on B rows
-  calls = lambda m, p, k: timing.call_seconds(m, p, x0, k, repeats, cache_len, trials=1)
-  prefill = lambda d, p, g: timing.prefill_seconds(target, tp, d, p, batches, g,
-                                                      max_decode_len, trials=1, slots=slots)
+  calls = lambda m, p, k, d=False: timing.call_seconds(m, p, x0, k, repeats, cache_len,
+                                                        trials=1, draft=d)
+  prefill = lambda d, p, g: decodes.prefill_seconds(target, tp, d, p, batches, g,
+                                                    max_decode_len, trials=1, slots=slots)
   timings = interleaved_rounds({
       'seconds': spec, 'baseline_seconds': base,
       'prefill_seconds': lambda: prefill(draft, dp, gamma),
       'baseline_prefill_seconds': lambda: prefill(None, None, 0),
       't_1': lambda: calls(target, tp, 1), 't_verify': lambda: calls(target, tp, gamma + 1),
-      't_draft': lambda: calls(draft, dp, 1),
+      't_draft': lambda: calls(draft, dp, 1, True),
       'model_calls_seconds': lambda: timing.model_calls_seconds(
           target, tp, draft, dp, x0, gamma, repeats, cache_len, trials=1),
   }, rounds)
@@ -220,7 +217,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
               t['baseline_prefill_seconds'], t['prefill_seconds'], run['num_tokens'],
               ref['num_tokens']),
       'compile_seconds': compile_seconds,
-      'traces': decoding.TRACE_COUNTS[counter] - traces, 'shapes': len(shapes),
+      'traces': sum(d.traces for d in decoders) - traces, 'shapes': len(shapes),
       # Noise: how much slower each figure's slowest round was than its fastest.
       'spread': {name: spread(times) for name, times in timings.items()},
   }
@@ -239,8 +236,8 @@ def baseline_run(target, tp, batches, sampling: SamplingConfig, max_decode_len: 
                  seed: int = 0, slots: Optional[int] = None) -> dict:
   """The jitted autoregressive decode over the batches: the target alone's tokens/s."""
   _, base_fn = decode_fns(target, tp, None, None, 0, sampling, max_decode_len, seed, slots)
-  run = timing.timed_decode(base_fn, batches)
+  run = decodes.timed_decode(base_fn, batches)
   run['tokens_per_second'] = run['num_tokens'] / run['seconds']
-  run['prefill_seconds'] = timing.prefill_seconds(target, tp, None, None, batches, 0,
+  run['prefill_seconds'] = decodes.prefill_seconds(target, tp, None, None, batches, 0,
                                                      max_decode_len, slots=slots)
   return run

@@ -1,23 +1,29 @@
-"""Logits -> the warped distribution that tokens are drawn from.
+"""Logits -> the warped distribution that tokens are drawn from, per row.
 
 Target and draft are warped by the same function (temperature, then top-k, then top-p),
-so speculative sampling is exact for the warped target distribution (PAPER.md).
+so speculative sampling is exact for the warped target distribution (PAPER.md). Each row
+has its own settings (`SamplingParams`, traced arrays: one compiled program serves any
+values); only `SamplingMode` (every row greedy or not, and whether any row uses top-k or
+top-p at all) is static. Shape letters: B rows, V vocab.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence, Union
 
+import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
-  """How tokens are chosen. Hashable: a static jit argument.
+  """One sampling setting (for every row of a decode, or for one row of `SamplingParams`).
 
   Attributes:
     temperature: 0 means greedy (argmax); > 0 divides the logits.
-    top_k: keep the k most likely tokens; 0 keeps all.
+    top_k: keep the k most likely tokens (ties with the k-th kept too); 0 keeps all.
     top_p: keep the smallest set of most likely tokens whose mass reaches top_p; 1 keeps all.
   """
 
@@ -40,6 +46,83 @@ class SamplingConfig:
       raise ValueError(f'top_p must be in (0, 1] (1 keeps all), got {self.top_p}')
 
 
+@dataclasses.dataclass(frozen=True)
+class SamplingMode:
+  """The static part of the sampling settings of a decode (hashable, part of LoopConfig).
+
+  Attributes:
+    greedy: every row is greedy: tokens are compared as ids, with no keys and no [B, V]
+      distributions in the loop.
+    greedy_rows: some rows of a sampled batch are greedy (their distributions are one-hot
+      at the argmax).
+    top_k: some row may use top-k (the warp sorts each row's logits).
+    top_p: some row may use top-p.
+  """
+
+  greedy: bool = True
+  greedy_rows: bool = False
+  top_k: bool = False
+  top_p: bool = False
+
+
+@flax.struct.dataclass
+class SamplingParams:
+  """Per-row sampling settings, traced: changing their values does not recompile.
+
+  Attributes:
+    temperature: [B] float32, 0 for a greedy row (exactly the target's greedy decode).
+    top_k: [B] int32, 0 keeps every token.
+    top_p: [B] float32, 1 keeps every token.
+  """
+
+  temperature: jax.Array
+  top_k: jax.Array
+  top_p: jax.Array
+
+  @classmethod
+  def of(cls, settings: Union[SamplingConfig, Sequence[SamplingConfig], 'SamplingParams'],
+         rows: int) -> 'SamplingParams':
+    """Per-row params from one setting for every row, one setting per row, or params.
+
+    Args:
+      settings: a SamplingConfig (all rows), a sequence of `rows` SamplingConfigs, or
+        SamplingParams (returned with its arrays as numpy).
+      rows: B.
+
+    Raises:
+      ValueError: a sequence whose length is not B.
+    """
+    if isinstance(settings, SamplingParams):
+      return jax.tree.map(np.asarray, settings)
+    if isinstance(settings, SamplingConfig):
+      settings = [settings] * rows
+    settings = list(settings)
+    if len(settings) != rows:
+      raise ValueError(f'{len(settings)} sampling settings for {rows} rows; pass one '
+                       'SamplingConfig or one per row')
+    return cls(temperature=np.array([s.temperature for s in settings], np.float32),
+               top_k=np.array([s.top_k for s in settings], np.int32),
+               top_p=np.array([s.top_p for s in settings], np.float32))
+
+  def mode(self) -> SamplingMode:
+    """The static mode these (concrete) values need."""
+    t, k, p = (np.asarray(a) for a in (self.temperature, self.top_k, self.top_p))
+    sampled = t > 0
+    return SamplingMode(greedy=not sampled.any(), greedy_rows=bool(sampled.any() and
+                                                                   not sampled.all()),
+                        top_k=bool((sampled & (k > 0)).any()),
+                        top_p=bool((sampled & (p < 1)).any()))
+
+  def validate(self, vocab_size: int) -> None:
+    """Raises ValueError (one line naming the first bad row and the range) on bad values."""
+    for i, (t, k, p) in enumerate(zip(*(np.asarray(a).tolist() for a in (
+        self.temperature, self.top_k, self.top_p)))):
+      try:
+        SamplingConfig(t, k, p).validate(vocab_size)
+      except ValueError as e:
+        raise ValueError(f'row {i}: {e}' if np.size(self.temperature) > 1 else str(e)) from None
+
+
 def argmax(x: jax.Array) -> jax.Array:
   """jnp.argmax over the last axis, as plain min/max reductions: [..., V] -> [...] int32.
 
@@ -55,50 +138,75 @@ def argmax(x: jax.Array) -> jax.Array:
   return jnp.where(first_nan < vocab, first_nan, first_max)
 
 
-def warp(logits: jax.Array, config: SamplingConfig) -> jax.Array:
-  """Turns logits into the distribution a token is drawn from.
+def _rows(a: jax.Array, like: jax.Array) -> jax.Array:
+  """Per-row values [B] shaped to broadcast against like [B, ..., V]: [B, 1, ..., 1]."""
+  return a.reshape(a.shape + (1,) * (like.ndim - a.ndim))
+
+
+def warp(logits: jax.Array, params: SamplingParams, mode: SamplingMode) -> jax.Array:
+  """Turns logits into the distributions tokens are drawn from, each row by its settings.
 
   Args:
-    logits: [..., V] float.
-    config: the sampling settings.
+    logits: [B, ..., V] float.
+    params: per-row settings, [B] each.
+    mode: the static mode (greedy: every row is one-hot, params unused).
 
   Returns:
-    [..., V] float32 probabilities: one-hot at the argmax when greedy, else the softmax
-    of logits / temperature restricted to the top-k, then to the top-p nucleus.
+    [B, ..., V] float32 probabilities: one-hot at the argmax for a greedy row (exactly
+    what greedy decoding picks), else the softmax of logits / temperature restricted to
+    the row's top-k, then to its top-p nucleus.
   """
   logits = logits.astype(jnp.float32)
   vocab = logits.shape[-1]
-  if config.greedy:
+  if mode.greedy:
     return jax.nn.one_hot(argmax(logits), vocab, dtype=jnp.float32)
-  logits = logits / config.temperature
-  if 0 < config.top_k < vocab:
-    kth = jax.lax.top_k(logits, config.top_k)[0][..., -1:]  # [..., 1]
-    logits = jnp.where(logits >= kth, logits, -jnp.inf)
-  probs = jax.nn.softmax(logits, axis=-1)
-  if config.top_p < 1.0:
-    sorted_probs = jnp.flip(jnp.sort(probs, axis=-1), axis=-1)  # [..., V] descending
+  temperature = _rows(params.temperature, logits)
+  greedy_row = temperature == 0.0
+  scaled = logits / jnp.where(greedy_row, 1.0, temperature)  # [B, ..., V]
+  if mode.top_k or mode.top_p:
+    descending = -jnp.sort(-scaled, axis=-1)  # [B, ..., V]
+  if mode.top_k:
+    k = _rows(params.top_k, logits)
+    kth = jnp.take_along_axis(descending, jnp.clip(k - 1, 0, vocab - 1), axis=-1)
+    scaled = jnp.where((k <= 0) | (scaled >= kth), scaled, -jnp.inf)
+    descending = jnp.where((k <= 0) | (descending >= kth), descending, -jnp.inf)
+  if mode.top_p:
+    # The nucleus in logit space, so that the mask and the softmax below see the same
+    # values: the smallest logit whose mass before it (descending) is under top_p.
+    top_p = _rows(params.top_p, logits)
+    sorted_probs = jax.nn.softmax(descending, axis=-1)
     mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
-    # The smallest probability still inside the nucleus; ties with it stay in too.
-    in_nucleus = mass_before < config.top_p
-    threshold = jnp.min(jnp.where(in_nucleus, sorted_probs, jnp.inf), axis=-1, keepdims=True)
-    probs = jnp.where(probs >= threshold, probs, 0.0)
-    probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
-  return probs
+    threshold = jnp.min(jnp.where(mass_before < top_p, descending, jnp.inf), axis=-1,
+                        keepdims=True)
+    scaled = jnp.where((top_p >= 1.0) | (scaled >= threshold), scaled, -jnp.inf)
+  probs = jax.nn.softmax(scaled, axis=-1)
+  if not mode.greedy_rows:
+    return probs
+  return jnp.where(greedy_row, jax.nn.one_hot(argmax(logits), vocab, dtype=jnp.float32), probs)
 
 
-def sample(rng: jax.Array, probs: jax.Array, greedy: bool) -> jax.Array:
-  """Draws one token per row from probs [..., V]; argmax when greedy. Returns [...] int32.
+def warp_all(logits: jax.Array, config: SamplingConfig) -> jax.Array:
+  """`warp` of logits [..., V] with one setting for every row: [..., V] probabilities."""
+  flat = logits.reshape((-1, logits.shape[-1]))  # [R, V]
+  params = SamplingParams.of(config, flat.shape[0])
+  return warp(flat, params, params.mode()).reshape(logits.shape)
 
-  Inverse CDF: one uniform u per row, and the token whose interval
-  [cdf[i-1], cdf[i]) of the running sum holds u * sum(probs). probs need not be
-  normalised, and a token of probability 0 has an empty interval, so it is never drawn.
-  jax.random.categorical draws V Gumbel variates per row instead: 113 us for a
-  [1, 4096] row on XLA:CPU against 3 us, more than a whole demo draft step.
+
+def uniform(keys: jax.Array, shape=()) -> jax.Array:
+  """One uniform draw in [0, 1) of `shape` per row, each from its own key: [B, *shape]."""
+  return jax.vmap(lambda k: jax.random.uniform(k, shape, jnp.float32))(keys)
+
+
+def sample(keys: jax.Array, probs: jax.Array) -> jax.Array:
+  """Draws one token per row from probs [B, V], each row with its own key. Returns [B] int32.
+
+  Inverse CDF: one uniform u per row, and the token whose interval of the running sum
+  holds u * sum(probs). probs need not be normalised. jax.random.categorical draws V
+  Gumbel variates per row instead: 113 us for a [1, 4096] row on XLA:CPU against 3 us,
+  more than a whole demo draft step.
   """
-  if greedy:
-    return argmax(probs)
-  cdf = jnp.cumsum(probs.astype(jnp.float32), axis=-1)  # [..., V], non-decreasing
+  cdf = jnp.cumsum(probs.astype(jnp.float32), axis=-1)  # [B, V]
   total = cdf[..., -1:]
-  u = jax.random.uniform(rng, total.shape, jnp.float32) * total
+  u = uniform(keys)[:, None] * total
   u = jnp.minimum(u, jnp.nextafter(total, 0.0))  # u < total even where the product rounds up
   return jnp.sum(cdf <= u, axis=-1).astype(jnp.int32)

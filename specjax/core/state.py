@@ -1,18 +1,18 @@
-"""Loop state of the decode loops, its static config, and the per-row commit of new tokens.
+"""The decode loop's state, its static config, and the per-row commit of new tokens.
 
-Shape letters: B batch, P decoder prompt length, L max_decode_len, G gamma, W the
+Shape letters: B rows (slots), P decoder prompt length, L max_decode_len, G gamma, W the
 sequence buffer width P + L + G + 1.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specjax.core.sampling import SamplingConfig
+from specjax.core.sampling import SamplingMode, SamplingParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,16 +20,16 @@ class LoopConfig:
   """Static knobs of one compiled decode (hashable, a static jit argument).
 
   Attributes:
-    gamma: G, draft tokens per iteration (0 for the autoregressive loop).
+    gamma: G, draft tokens per iteration (0: the target alone, one token per call).
     max_decode_len: L, the most tokens generated per row, EOS included.
-    sampling: how tokens are chosen (greedy when temperature is 0).
-    eos_id: the end-of-sequence token.
+    sampling: the static sampling mode (the per-row values are in the state).
+    eos_id: the end-of-sequence token (the models declare it).
     pad_id: written after EOS.
   """
 
   gamma: int
   max_decode_len: int
-  sampling: SamplingConfig
+  sampling: SamplingMode = SamplingMode()
   eos_id: int = 1
   pad_id: int = 0
 
@@ -86,7 +86,7 @@ class DecodeStats:
 
 @flax.struct.dataclass
 class DecodeState:
-  """What one iteration of a decode loop reads and returns.
+  """What one iteration of the decode loop reads and returns: B rows (slots).
 
   Attributes:
     seq: [B, W] int32, the decoder sequence: prompt, then generated tokens.
@@ -94,9 +94,12 @@ class DecodeState:
     pos: [B] int32, position of each row's last token, the one not yet in the caches.
     length: [B] int32, tokens generated so far.
     done: [B] bool, rows that hit EOS or max_decode_len (they keep running masked).
-    target_cache: the target's cache pytree.
-    draft_cache: the draft's cache pytree (empty for the autoregressive loop).
-    rng: PRNG key.
+    target_cache: the target's cache pytree (leaves [B, ...]).
+    draft_cache: the draft's cache pytree (empty for the target alone).
+    keys: [B, ...] PRNG keys, one per row, derived from the seed and the row's input index:
+      every random draw of a row comes from its own key, so its output does not depend on
+      the batch, the slot, refill or the mesh.
+    sampling: the rows' SamplingParams, [B] each.
     stats: the DecodeStats counters.
     step: scalar int32, iterations run.
   """
@@ -108,7 +111,8 @@ class DecodeState:
   done: jax.Array
   target_cache: Any
   draft_cache: Any
-  rng: jax.Array
+  keys: jax.Array
+  sampling: SamplingParams
   stats: DecodeStats
   step: jax.Array
 
@@ -116,6 +120,11 @@ class DecodeState:
 def gather_rows(seq: jax.Array, index: jax.Array) -> jax.Array:
   """seq[b, index[b]] for each row: [B]."""
   return jnp.take_along_axis(seq, index[:, None], axis=1)[:, 0]
+
+
+def split_keys(keys: jax.Array, num: int) -> jax.Array:
+  """Each row's key split in `num`: [B, ...] -> [num, B, ...]."""
+  return jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, num))(keys), 0, 1)
 
 
 def commit(state: DecodeState, block: jax.Array, count: jax.Array,
@@ -157,3 +166,20 @@ def extract_output(state: DecodeState, cfg: LoopConfig) -> jax.Array:
   tokens = jax.vmap(take)(state.seq, state.prompt_len)  # [B, L]
   keep = jnp.arange(cfg.max_decode_len)[None, :] < state.length[:, None]
   return jnp.where(keep, tokens, cfg.pad_id)
+
+
+@flax.struct.dataclass
+class DecodeOutput:
+  """What a decode returns.
+
+  Attributes:
+    tokens: [N, L] int32, generated tokens, EOS included, pad after it.
+    lengths: [N] int32, generated tokens per row (EOS included).
+    stats: per-row DecodeStats.
+    iterations: scalar int32, loop iterations run (batched model calls of the target).
+  """
+
+  tokens: jax.Array
+  lengths: jax.Array
+  stats: DecodeStats
+  iterations: Optional[jax.Array] = None

@@ -2,6 +2,7 @@
 written from the training summaries and the evaluation results of `train_demo.py`."""
 from __future__ import annotations
 
+import collections
 import glob
 import json
 import os
@@ -11,11 +12,33 @@ from typing import Dict, Sequence
 import jax
 import numpy as np
 from sacrebleu.metrics import BLEU
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from specjax.demo import corpus
 from specjax.models.t5_config import demo_draft, demo_target
 
 BOOTSTRAP_RESAMPLES = 1000
+
+
+def line_statistics(hyp: str, ref: str, max_order: int = 4) -> np.ndarray:
+  """BLEU's sufficient statistics of one line against one reference, with sacrebleu's
+  default 13a tokenizer: [hyp length, ref length, matches n=1..4, hyp n-grams n=1..4]."""
+  tokenize = Tokenizer13a()
+  h, r = tokenize(hyp.rstrip()).split(), tokenize(ref.rstrip()).split()
+  matches, totals = [], []
+  for n in range(1, max_order + 1):
+    hyp_grams = collections.Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+    ref_grams = collections.Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
+    matches.append(sum(min(c, ref_grams[g]) for g, c in hyp_grams.items()))
+    totals.append(max(len(h) - n + 1, 0))
+  return np.array([len(h), len(r)] + matches + totals, np.int64)
+
+
+def corpus_bleu_of(stats: np.ndarray) -> float:
+  """Corpus BLEU from summed `line_statistics` (sacrebleu's formula, no smoothing)."""
+  stats = [int(x) for x in stats]
+  return BLEU.compute_bleu(correct=stats[2:6], total=stats[6:10], sys_len=stats[0],
+                           ref_len=stats[1]).score
 
 
 def paired_bootstrap(target_hyps: Sequence[str], draft_hyps: Sequence[str],
@@ -26,14 +49,13 @@ def paired_bootstrap(target_hyps: Sequence[str], draft_hyps: Sequence[str],
   Returns the share of resamples in which the target scores strictly higher, and the
   2.5% / 97.5% quantiles of target BLEU minus draft BLEU.
   """
-  bleu = BLEU()
-  stats = [np.asarray(bleu._extract_corpus_statistics(list(h), [list(refs)]))  # pylint: disable=protected-access
-           for h in (target_hyps, draft_hyps)]
+  stats = [np.stack([line_statistics(h, r) for h, r in zip(hyps, refs)])
+           for hyps in (target_hyps, draft_hyps)]  # [lines, 10] each
   rng = np.random.default_rng(seed)
   diffs = []
   for _ in range(resamples):
     pick = rng.integers(0, len(refs), len(refs))
-    t, d = (bleu._compute_score_from_stats(s[pick].sum(0).tolist()).score for s in stats)  # pylint: disable=protected-access
+    t, d = (corpus_bleu_of(s[pick].sum(0)) for s in stats)
     diffs.append(t - d)
   diffs = np.asarray(diffs)
   return {'target_wins': float(np.mean(diffs > 0)),

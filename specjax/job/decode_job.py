@@ -6,24 +6,20 @@ S encoder length, L max_decode_len.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import sys
 import time
-from typing import List, Optional
+from typing import Optional
 
 import jax
 import numpy as np
 
-from specjax import checkpoints
-from specjax.checkpoints.registry import (DEFAULT_CHECKPOINTS, DEMO_PREFIX, DEMO_SAMPLES, DEMO_VOCAB,
-                                          T5_VOCAB)
-from specjax.core import decoding, streaming
-from specjax.parallel import sharding
-from specjax.job.inputs import batches, pad_to_bucket, tokenize
-from specjax.models.t5 import T5
-from specjax.models.t5_config import T5_CONFIGS
+from specjax.checkpoints.registry import DEMO_PREFIX
+from specjax.core import api
 from specjax.core.sampling import SamplingConfig
+from specjax.job import calibrate
+from specjax.job.inputs import batches, pad_to_bucket, read_inputs, tokenize
+from specjax.job.pair import job_mesh, job_rules, load_pair
+from specjax.parallel import rules as axis_rules
 
 # With refill, one decode call streams up to this many batches' worth of inputs.
 REFILL_BATCHES = 4
@@ -52,7 +48,7 @@ class DecodeJob:
   max_decode_len: int = 64
   truncate_inputs: bool = False
   pad_inputs: str = 'bucket'  # or 'max' (specjax.job.inputs.PAD_MODES)
-  refill: bool = True  # a finished row takes the next input (specjax.streaming); no mesh
+  refill: bool = True  # a finished row takes the next input at once (on a mesh too)
   compare: bool = True
   dtype: Optional[str] = None
   param_dtype: str = 'float32'
@@ -60,115 +56,6 @@ class DecodeJob:
   num_partitions: Optional[int] = None  # model-parallel size; data takes the other devices
   mesh: Optional[str] = None  # or an explicit 'data=D,model=M'
   parameter_partitioning_dims: int = 1  # 2 also shards params' embed over data
-
-
-def job_mesh(job: DecodeJob):
-  """The job's ('data', 'model') mesh, or None to run unsharded on one device.
-
-  Raises:
-    ValueError: both --num-partitions and --mesh, or sizes that do not fit the devices.
-  """
-  if job.num_partitions is None and job.mesh is None:
-    return None
-  if job.num_partitions is not None and job.mesh is not None:
-    raise ValueError('pass either --num-partitions or --mesh, not both')
-  if job.mesh is not None:
-    return sharding.mesh_from_spec(job.mesh)
-  return sharding.make_mesh(num_partitions=job.num_partitions)
-
-
-def job_rules(job: DecodeJob) -> sharding.Rules:
-  """T5X's standard logical axis rules for the job's parameter partitioning dims."""
-  return sharding.standard_logical_axis_rules(job.parameter_partitioning_dims)
-
-
-def _default(name: str, given: Optional[str], flag: str) -> str:
-  if given:
-    return given
-  if name not in T5_CONFIGS:
-    raise ValueError(f'unknown model {name!r}; pass one of {", ".join(sorted(T5_CONFIGS))}')
-  if name not in DEFAULT_CHECKPOINTS:
-    raise ValueError(f'{name} has no published checkpoint; pass {flag} PATH')
-  return DEFAULT_CHECKPOINTS[name]
-
-
-def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=sharding.STANDARD_RULES,
-          param_dtype='float32'):
-  shardings = None
-  if mesh is not None:
-    shardings = sharding.param_shardings(T5(checkpoints.resolve_config(name)), mesh, rules)
-  try:
-    return checkpoints.load_model(name, path, dtype=dtype, shardings=shardings,
-                                  param_dtype=param_dtype)
-  except (ValueError, FileNotFoundError, OSError) as e:
-    if path.startswith('gs://'):
-      raise ValueError(f'cannot read {path} (no GCS access?); copy it locally and pass '
-                       f'{flag} PATH') from e
-    raise
-
-
-def load_pair(job: DecodeJob, mesh=None):
-  """Loads target, draft and vocabulary, checking that they fit together.
-
-  Args:
-    job: the run's settings.
-    mesh: optional mesh; params are then loaded straight into their shardings.
-
-  Returns:
-    (target, target_params, draft, draft_params, vocab).
-  """
-  target_path = _default(job.target, job.target_checkpoint, '--target-checkpoint')
-  draft_path = _default(job.draft, job.draft_checkpoint, '--draft-checkpoint')
-  demo = job.target.startswith('demo_')
-  vocab_path = job.vocab or (DEMO_VOCAB if demo else T5_VOCAB)
-  vocab = checkpoints.load_vocab(vocab_path)
-  if job.draft_vocab:
-    draft_vocab = checkpoints.load_vocab(job.draft_vocab)
-    if draft_vocab.serialized() != vocab.serialized():
-      raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
-                       f'{vocab_path}; speculative decoding needs one shared vocabulary')
-  rules = job_rules(job)
-  target, tp = _load(job.target, target_path, '--target-checkpoint', job.dtype, mesh, rules,
-                     job.param_dtype)
-  draft, dp = _load(job.draft, draft_path, '--draft-checkpoint', job.dtype, mesh, rules,
-                    job.param_dtype)
-  if target.vocab_size != draft.vocab_size:
-    raise ValueError(f'the draft {job.draft} has {draft.vocab_size} logits but the target '
-                     f'{job.target} has {target.vocab_size}; pick a draft trained on the '
-                     'target\'s vocabulary')
-  vocab.check_fits(target.vocab_size)
-  return target, tp, draft, dp, vocab
-
-
-def read_inputs(path: Optional[str], prefix: str) -> List[dict]:
-  """Reads plain lines or JSONL with an "inputs" field (file or '-' for stdin).
-
-  Returns:
-    One dict per example: {"inputs": text (prefix added if missing), and any other fields}.
-  """
-  path = path or DEMO_SAMPLES
-  if path != '-' and not os.path.exists(path):
-    raise FileNotFoundError(f'input file {path} does not exist; pass --input FILE (or - for '
-                            'stdin)')
-  stream = sys.stdin if path == '-' else open(path, encoding='utf-8')
-  examples = []
-  with stream:
-    for number, line in enumerate(stream, 1):
-      line = line.rstrip('\n')
-      if not line.strip():
-        continue
-      if line.lstrip().startswith('{'):
-        record = json.loads(line)
-        if 'inputs' not in record:
-          raise ValueError(f'{path}:{number}: a JSON line needs an "inputs" field')
-      else:
-        record = {'inputs': line}
-      if prefix and not record['inputs'].startswith(prefix):
-        record['inputs'] = prefix + record['inputs']
-      examples.append(record)
-  if not examples:
-    raise ValueError(f'input {path} has no examples; pass --input with one text per line')
-  return examples
 
 
 def _timed(fn):
@@ -195,7 +82,7 @@ def run(job: DecodeJob, on_record=None) -> dict:
   sampling = SamplingConfig(job.temperature, job.top_k, job.top_p)
   mesh = job_mesh(job)
   if mesh is not None:
-    sharding.check_batch(job.batch_size, mesh)  # before loading anything big
+    axis_rules.check_batch(job.batch_size, mesh)  # before loading anything big
   target, tp, draft, dp, vocab = load_pair(job, mesh)
   sampling.validate(target.vocab_size)
   prefix = job.prefix if job.prefix is not None else (
@@ -203,8 +90,7 @@ def run(job: DecodeJob, on_record=None) -> dict:
   examples = read_inputs(job.input, prefix)
   inputs = tokenize(vocab, [e['inputs'] for e in examples], job.max_input_len,
                     job.truncate_inputs)  # [N, S]
-  rng = jax.random.PRNGKey(job.seed)
-  refill = job.refill and mesh is None
+  refill = job.refill
   # A unit is one decode call: a batch of B rows, or with refill a stream of up to
   # REFILL_BATCHES * B inputs through B rows (inputs padded to a fixed count: one
   # compilation per width).
@@ -219,19 +105,19 @@ def run(job: DecodeJob, on_record=None) -> dict:
   warm = padded(inputs[:unit])
   gamma_reason = None
   if job.gamma == 'auto':
-    from specjax.bench import timing  # pylint: disable=import-outside-toplevel
     job = dataclasses.replace(job)
-    job.gamma, gamma_reason = timing.choose_gamma(target, tp, draft, dp,
-                                                     warm[:job.batch_size], sampling,
-                                                     job.max_decode_len)
+    job.gamma, gamma_reason, _ = calibrate.choose_gamma(
+        target, tp, draft, dp, warm[:job.batch_size], sampling, job.max_decode_len,
+        mesh=mesh, rules=job_rules(job))
   spec, base = _decoders(job, target, tp, draft, dp, sampling, mesh, refill)
+  ids = lambda start: np.arange(start, start + unit, dtype=np.int32)  # inputs' run indices
   compile_seconds = {}  # width -> seconds of the first (compiling) speculative call
 
   def compile_once(x):  # a width's first unit compiles, untimed: it is not decode time
     if x.shape[1] not in compile_seconds:
-      compile_seconds[x.shape[1]] = _timed(lambda: spec(x, len(x), rng))[1]
+      compile_seconds[x.shape[1]] = _timed(lambda: spec(x, len(x), ids(0)))[1]
       if job.compare:
-        _timed(lambda: base(x, len(x), rng))
+        _timed(lambda: base(x, len(x), ids(0)))
 
   compile_once(warm)
 
@@ -239,12 +125,11 @@ def run(job: DecodeJob, on_record=None) -> dict:
                 accepted=0, drafted=0, beta_sum=0.0, beta_count=0)
   identical = True
   progress = _progress(len(examples), job.progress)
-  for index, rows in enumerate(batches(len(examples), unit)):
-    key = jax.random.fold_in(rng, index)
+  for rows in batches(len(examples), unit):
     x = padded(inputs[rows])
     compile_once(x)
     real = rows.stop - rows.start
-    out, seconds = _timed(lambda: spec(x, real, key))
+    out, seconds = _timed(lambda: spec(x, real, ids(rows.start)))
     totals['spec_seconds'] += seconds
     s = jax.tree.map(lambda a: np.asarray(a)[:real], out.stats)
     tokens, lengths = np.asarray(out.tokens)[:real], np.asarray(out.lengths)[:real]
@@ -255,7 +140,7 @@ def run(job: DecodeJob, on_record=None) -> dict:
     totals['beta_sum'] += float(s.beta_sum.sum())
     totals['beta_count'] += int(s.beta_count.sum())
     if job.compare:
-      ref, base_seconds = _timed(lambda: base(x, real, key))
+      ref, base_seconds = _timed(lambda: base(x, real, ids(rows.start)))
       totals['base_seconds'] += base_seconds
       totals['base_tokens'] += int(np.asarray(ref.lengths)[:real].sum())
       if sampling.greedy:
@@ -295,18 +180,17 @@ def run(job: DecodeJob, on_record=None) -> dict:
 
 
 def _decoders(job: DecodeJob, target, tp, draft, dp, sampling, mesh, refill: bool):
-  """(speculative, target alone): functions of (inputs [U, W], inputs used, key)."""
-  kw = dict(max_decode_len=job.max_decode_len, sampling=sampling)
-  if refill:
-    def stream(d, p, gamma):
-      return lambda x, num, key: streaming.stream_decode(
-          target, tp, d, p, x, slots=job.batch_size, gamma=gamma, num_inputs=num, rng=key,
-          **kw)
-    return stream(draft, dp, job.gamma), stream(None, None, 0)
-  kw.update(mesh=mesh, rules=job_rules(job) if mesh is not None else None)
-  return (lambda x, num, key: decoding.speculative_decode(target, tp, draft, dp, x,
-                                                          gamma=job.gamma, rng=key, **kw),
-          lambda x, num, key: decoding.autoregressive_decode(target, tp, x, rng=key, **kw))
+  """(speculative, target alone): functions of (inputs [U, W], inputs used, their run
+  indices [U]). Each input's randomness is fold_in(seed, its index), so a sampled output
+  does not depend on the batch, refill or the mesh."""
+  kw = dict(max_decode_len=job.max_decode_len, sampling=sampling,
+            rng=jax.random.PRNGKey(job.seed), slots=job.batch_size if refill else None,
+            mesh=mesh, rules=job_rules(job) if mesh is not None else None)
+  return (lambda x, num, ids: api.speculative_decode(target, tp, draft, dp, x,
+                                                     gamma=job.gamma, num_inputs=num,
+                                                     row_ids=ids, **kw),
+          lambda x, num, ids: api.autoregressive_decode(target, tp, x, num_inputs=num,
+                                                        row_ids=ids, **kw))
 
 
 def _progress(total: int, enabled: bool):

@@ -4,15 +4,51 @@ Shape letters: N examples, B batch, S encoder length (--max-input-len), W a batc
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+import json
+import os
+import sys
+from typing import Iterator, List, Optional, Sequence
 
 import numpy as np
+
+from specjax.checkpoints.registry import DEMO_SAMPLES
 
 # --pad-inputs: 'bucket' pads each batch to a power of two that fits its longest input (a
 # few compiled shapes, encoders sized to the text); 'max' pads every batch to S (T5X's
 # fixed feature lengths: one compiled shape).
 PAD_MODES = ('bucket', 'max')
 SMALLEST_BUCKET = 8
+
+
+def read_inputs(path: Optional[str], prefix: str) -> List[dict]:
+  """Reads plain lines or JSONL with an "inputs" field (file or '-' for stdin).
+
+  Returns:
+    One dict per example: {"inputs": text (prefix added if missing), and any other fields}.
+  """
+  path = path or DEMO_SAMPLES
+  if path != '-' and not os.path.exists(path):
+    raise FileNotFoundError(f'input file {path} does not exist; pass --input FILE (or - for '
+                            'stdin)')
+  stream = sys.stdin if path == '-' else open(path, encoding='utf-8')
+  examples = []
+  with stream:
+    for number, line in enumerate(stream, 1):
+      line = line.rstrip('\n')
+      if not line.strip():
+        continue
+      if line.lstrip().startswith('{'):
+        record = json.loads(line)
+        if 'inputs' not in record:
+          raise ValueError(f'{path}:{number}: a JSON line needs an "inputs" field')
+      else:
+        record = {'inputs': line}
+      if prefix and not record['inputs'].startswith(prefix):
+        record['inputs'] = prefix + record['inputs']
+      examples.append(record)
+  if not examples:
+    raise ValueError(f'input {path} has no examples; pass --input with one text per line')
+  return examples
 
 
 def tokenize(vocab, texts: Sequence[str], max_len: int, truncate: bool) -> np.ndarray:

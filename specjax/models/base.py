@@ -16,14 +16,23 @@ import jax.numpy as jnp
 PyTree = Any
 
 
+# The logical axes of a heads-major cache or cross-attention leaf [B, N, H, T] (T5X's names;
+# `specjax.parallel.rules` shards batch over 'data' and heads over 'model').
+KV_AXES = ('batch', 'heads', 'kv', 'length')
+
+
 class Model(Protocol):
-  """What `speculative_decode` and `autoregressive_decode` call.
+  """What the decode loop calls.
 
   Attributes:
     vocab_size: V, the size of the logits axis. Target and draft must agree.
+    eos_id: the end-of-sequence token: a row is done once it emits it.
+    pad_id: the padding id of inputs, and what outputs hold after EOS.
   """
 
   vocab_size: int
+  eos_id: int
+  pad_id: int
 
   def encode(self, params: PyTree, inputs: jax.Array) -> PyTree:
     """Encodes inputs [B, S] int32 once per decode (cross-attention K/V projected here)."""
@@ -36,7 +45,15 @@ class Model(Protocol):
     """
 
   def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> PyTree:
-    """A zero-filled, fixed-shape cache for `max_len` (T) decoder positions."""
+    """A zero-filled, fixed-shape cache for `max_len` (T) decoder positions; every leaf
+    is batch-major [B, ...]."""
+
+  def cache_axes(self) -> PyTree:
+    """The structure of `init_cache`'s result, each leaf a tuple of logical axis names,
+    one per dimension, the first 'batch' (T5's: `KV_AXES`). Sharding rules read these."""
+
+  def encoded_axes(self) -> PyTree:
+    """The same for `encode`'s result (T5: the mask ('batch', 'length') and `KV_AXES`)."""
 
   def decode(self, params: PyTree, encoded: PyTree, cache: PyTree, tokens: jax.Array,
              positions: jax.Array) -> Tuple[jax.Array, PyTree]:
@@ -60,6 +77,12 @@ def encoder_decoder_prompt(inputs: jax.Array, start_id: int = 0) -> Tuple[jax.Ar
   """Decoder prompt of an encoder-decoder model: the start token alone (T5: pad id 0)."""
   batch = inputs.shape[0]
   return (jnp.full((batch, 1), start_id, jnp.int32), jnp.ones((batch,), jnp.int32))
+
+
+def decoder_only_prompt(inputs: jax.Array, pad_id: int = 0) -> Tuple[jax.Array, jax.Array]:
+  """Prompt of a decoder-only model: inputs [B, P] themselves, lengths [B] >= 1."""
+  lengths = jnp.sum(inputs != pad_id, axis=1).astype(jnp.int32)
+  return inputs.astype(jnp.int32), jnp.maximum(lengths, 1)
 
 
 def causal_mask(positions: jax.Array, num_tokens: int, max_len: int) -> jax.Array:

@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models import base
-from specjax.models.markov import decoder_only_prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +27,8 @@ class DecoderOnlyConfig:
   mlp_dim: int = 32  # F
   max_len: int = 128  # longest cache, prompt included
   dtype: str = 'float32'
+  eos_id: int = 1
+  pad_id: int = 0
 
 
 def _rms_norm(x, scale):
@@ -45,6 +46,22 @@ class DecoderOnlyTransformer:
   @property
   def vocab_size(self) -> int:
     return self.config.vocab_size
+
+  @property
+  def eos_id(self) -> int:
+    return self.config.eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.config.pad_id
+
+  def cache_axes(self) -> list:
+    """Logical axes of `init_cache`'s leaves: [B, N, H, T] each."""
+    return [{'k': base.KV_AXES, 'v': base.KV_AXES} for _ in range(self.config.num_layers)]
+
+  def encoded_axes(self) -> dict:
+    """No encoding."""
+    return {}
 
   def init(self, rng: jax.Array) -> dict:
     """Random float32 params."""
@@ -75,7 +92,7 @@ class DecoderOnlyTransformer:
 
   def decoder_prompt(self, inputs: jax.Array):
     """The right-padded inputs [B, P] and their lengths [B]."""
-    return decoder_only_prompt(inputs)
+    return base.decoder_only_prompt(inputs, self.pad_id)
 
   def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> list:
     """Per layer {'k', 'v'}: zeros [B, N, H, T] (heads-major, as T5's)."""

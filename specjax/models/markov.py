@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.models.base import decoder_only_prompt
+
 
 @dataclasses.dataclass(frozen=True)
 class MarkovModel:
@@ -23,6 +25,8 @@ class MarkovModel:
   """
 
   vocab_size: int
+  eos_id: int = 1
+  pad_id: int = 0
 
   def init(self, rng: jax.Array, scale: float = 2.0) -> dict:
     """Random transition logits, N(0, scale^2)."""
@@ -35,11 +39,19 @@ class MarkovModel:
 
   def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
     """The right-padded inputs [B, P] and their non-pad lengths [B] (at least 1)."""
-    return decoder_only_prompt(inputs)
+    return decoder_only_prompt(inputs, self.pad_id)
 
   def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> dict:
     """A Markov chain needs no cache."""
     del batch, max_len, dtype
+    return {}
+
+  def cache_axes(self) -> dict:
+    """No cache, no axes."""
+    return {}
+
+  def encoded_axes(self) -> dict:
+    """No encoding, no axes."""
     return {}
 
   def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array):
@@ -48,12 +60,12 @@ class MarkovModel:
     return jnp.take(params['logits'], tokens, axis=0).astype(jnp.float32), cache
 
   def transition_probs(self, params, sampling_config) -> np.ndarray:
-    """The warped transition matrix [V, V] as float64 numpy (for exact enumeration)."""
-    from specjax.core.sampling import warp  # pylint: disable=import-outside-toplevel
-    return np.asarray(warp(params['logits'], sampling_config), np.float64)
+    """The warped transition matrix [V, V] as float64 numpy (for exact enumeration).
 
+    Args:
+      params: the chain's params.
+      sampling_config: a `specjax.core.sampling.SamplingConfig`.
+    """
+    from specjax.core import sampling  # pylint: disable=import-outside-toplevel
+    return np.asarray(sampling.warp_all(params['logits'], sampling_config), np.float64)
 
-def decoder_only_prompt(inputs: jax.Array, pad_id: int = 0) -> Tuple[jax.Array, jax.Array]:
-  """Prompt of a decoder-only model: inputs [B, P] themselves, lengths [B] >= 1."""
-  lengths = jnp.sum(inputs != pad_id, axis=1).astype(jnp.int32)
-  return inputs.astype(jnp.int32), jnp.maximum(lengths, 1)

@@ -104,6 +104,25 @@ class T5:
     return self.config.vocab_size
 
   @property
+  def eos_id(self) -> int:
+    """T5's end-of-sequence id."""
+    return 1
+
+  @property
+  def pad_id(self) -> int:
+    """T5's padding id (also the decoder start token)."""
+    return 0
+
+  def cache_axes(self) -> PyTree:
+    """Logical axes of `init_cache`'s leaves: [B, N, H, T] each."""
+    return {f'layers_{i}': {'k': base.KV_AXES, 'v': base.KV_AXES}
+            for i in range(self.config.num_decoder_layers)}
+
+  def encoded_axes(self) -> PyTree:
+    """Logical axes of `encode`'s leaves: the mask [B, S], cross K/V [B, N, H, S]."""
+    return {'mask': ('batch', 'length'), 'cross': self.cache_axes()}
+
+  @property
   def _dtype(self):
     return jnp.dtype(self.config.dtype)
 

@@ -1,7 +1,7 @@
 """Ahead-of-time memory plan of a sharded speculative decode, without any weights.
 
-`plan_decode` builds the real sharded programs (`sharded.build`: prefill, then the loop
-with the state donated), lowers and compiles them against `jax.ShapeDtypeStruct` params,
+`plan_decode` builds the real sharded programs (`core.decoder.Decoder.programs`: start,
+then the loop with its carry donated), lowers and compiles them against `jax.ShapeDtypeStruct` params,
 inputs and state carrying their shardings, and reads XLA's `memory_analysis()` per
 device. Params are arguments of both programs (`keep_unused`), so a program's total
 argument + output - alias + temp is what one device holds while it runs, and the peak
@@ -20,12 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.core import sharded
-from specjax.parallel import sharding
+from specjax.core import decoder
+from specjax.core.sampling import SamplingMode
 from specjax.core.state import LoopConfig
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5Config
-from specjax.core.sampling import SamplingConfig
+from specjax.parallel import mesh as mesh_lib
+from specjax.parallel import rules as axis_rules
 
 GIB = 1 << 30
 TPU_V4_HBM = 32 * GIB  # one TPU v4 chip
@@ -120,7 +121,7 @@ def _cast(tree: Any, dtype: Any) -> Any:
 def plan_decode(mesh: jax.sharding.Mesh, target: T5Config, draft: T5Config, *, gamma: int,
                 batch: int, input_len: int, max_decode_len: int,
                 activation_dtype: str = 'bfloat16', param_dtype: str = 'float32',
-                temperature: float = 1.0, rules: sharding.Rules = sharding.STANDARD_RULES,
+                temperature: float = 1.0, rules: axis_rules.Rules = axis_rules.STANDARD_RULES,
                 devices_per_chip: int = 1) -> PlanRow:
   """Compiles one sharded speculative decode shape and measures it per device.
 
@@ -144,16 +145,17 @@ def plan_decode(mesh: jax.sharding.Mesh, target: T5Config, draft: T5Config, *, g
   target_model = T5(target.replace(dtype=activation_dtype))
   draft_model = T5(draft.replace(dtype=activation_dtype))
   cfg = LoopConfig(gamma=gamma, max_decode_len=max_decode_len,
-                   sampling=SamplingConfig(temperature=temperature))
+                   sampling=SamplingMode(greedy=temperature == 0.0))
   start = time.perf_counter()
-  dec = sharded.build(mesh, target_model, draft_model, cfg, batch, input_len, rules=rules)
-  a = dec.abstract
+  programs = decoder.Decoder(target_model, draft_model, cfg, mesh=mesh, rules=rules).programs(
+      batch, input_len, jax.random.PRNGKey(0))
+  a = programs.abstract
   tp, dp = _cast(a['target_params'], param_dtype), _cast(a['draft_params'], param_dtype)
+  start_args = (tp, dp, a['inputs'], a['num_inputs'], a['row_ids'], a['rng'], a['sampling'])
   error, prefill, loop = '', {}, {}
   try:
-    prefill = _memory(dec.prefill.lower(tp, dp, a['inputs'], a['rng']).compile())
-    loop = _memory(dec.loop.lower(tp, dp, a['target_encoded'], a['draft_encoded'],
-                                  a['state']).compile())
+    prefill = _memory(programs.start.lower(*start_args).compile())
+    loop = _memory(programs.loop.lower(tp, dp, a['run']).compile())
   except jax.errors.JaxRuntimeError as e:  # TPU refuses programs larger than its HBM
     if 'RESOURCE_EXHAUSTED' not in str(e):
       raise
@@ -162,12 +164,12 @@ def plan_decode(mesh: jax.sharding.Mesh, target: T5Config, draft: T5Config, *, g
              else ' '.join(str(e).split())[:120])
   seconds = time.perf_counter() - start
   shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
-  params = sum(sharding.bytes_per_device(t, shardings_of(t)) for t in (tp, dp))
-  state = a['state']
-  caches = (state.target_cache, state.draft_cache, a['target_encoded']['cross'],
-            a['draft_encoded']['cross'])
-  cache_bytes = sum(sharding.bytes_per_device(t, shardings_of(t)) for t in caches)
-  return PlanRow(mesh=sharding.mesh_shape(mesh), batch=batch, max_decode_len=max_decode_len,
+  params = sum(axis_rules.bytes_per_device(t, shardings_of(t)) for t in (tp, dp))
+  run = a['run']
+  caches = (run.state.target_cache, run.state.draft_cache, run.target_enc['cross'],
+            run.draft_enc['cross'])
+  cache_bytes = sum(axis_rules.bytes_per_device(t, shardings_of(t)) for t in caches)
+  return PlanRow(mesh=mesh_lib.mesh_shape(mesh), batch=batch, max_decode_len=max_decode_len,
                  param_dtype=jnp.dtype(param_dtype).name, params=params, caches=cache_bytes,
                  prefill=prefill, loop=loop, compile_seconds=seconds,
                  devices_per_chip=devices_per_chip, error=error)
@@ -196,7 +198,7 @@ def tpu_v4_mesh(chips: int, data: int = 1) -> jax.sharding.Mesh:
   name, options = _V4_TOPOLOGIES[chips]
   cores = topologies.get_topology_desc(name, 'tpu', **options).devices
   return jax.sharding.Mesh(np.array(cores).reshape(data, len(cores) // data),
-                           sharding.MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
+                           mesh_lib.MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
 def plan_grid(meshes: Iterable[jax.sharding.Mesh], batches: Sequence[int],
@@ -205,7 +207,7 @@ def plan_grid(meshes: Iterable[jax.sharding.Mesh], batches: Sequence[int],
   """`plan_decode` over meshes x param dtypes x batches x lengths (skips B % data != 0).
 
   Args:
-    meshes: ('data', 'model') meshes (`sharding.make_mesh` or `tpu_v4_mesh`).
+    meshes: ('data', 'model') meshes (`mesh.make_mesh` or `tpu_v4_mesh`).
     batches: B values.
     lengths: L values.
     param_dtypes: e.g. ('float32', 'bfloat16').
@@ -223,7 +225,7 @@ def plan_grid(meshes: Iterable[jax.sharding.Mesh], batches: Sequence[int],
         if batch % mesh.shape['data']:
           continue
         for length in lengths:
-          if (sharding.mesh_shape(mesh), jnp.dtype(param_dtype).name, batch, length) in done:
+          if (mesh_lib.mesh_shape(mesh), jnp.dtype(param_dtype).name, batch, length) in done:
             continue
           row = plan_decode(mesh, batch=batch, max_decode_len=length,
                             param_dtype=param_dtype, **kwargs)
@@ -231,7 +233,6 @@ def plan_grid(meshes: Iterable[jax.sharding.Mesh], batches: Sequence[int],
           if on_row:
             on_row(row)
           jax.clear_caches()  # compiled XXL programs add up to gigabytes of host memory
-    sharded.build.cache_clear()  # the programs of a finished mesh are not needed again
   return rows
 
 

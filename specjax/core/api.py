@@ -1,0 +1,163 @@
+"""The public decode calls: `speculative_decode` and `autoregressive_decode`.
+
+Both check their arguments on the host (one-line ValueErrors), build (once) the `Decoder`
+of their configuration and call it: on one device or a mesh, a fixed batch or a refilled
+stream of inputs through `slots` rows, the same loop runs. Shape letters: N inputs,
+S input width, L max_decode_len.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.core import decoder as decoder_lib
+from specjax.core.sampling import SamplingConfig, SamplingParams
+from specjax.core.state import DecodeOutput, LoopConfig
+from specjax.parallel import rules as axis_rules
+
+Sampling = Union[SamplingConfig, Sequence[SamplingConfig], SamplingParams]
+
+
+def _check_inputs(inputs, max_decode_len) -> None:
+  """Raises one-line ValueErrors for a bad max_decode_len or inputs that are not 2-D."""
+  if not isinstance(max_decode_len, (int, np.integer)) or max_decode_len < 1:
+    raise ValueError(f'max_decode_len must be an integer >= 1, got {max_decode_len!r}')
+  if getattr(inputs, 'ndim', None) != 2:
+    raise ValueError(f'inputs must be a [batch, length] integer array, got shape '
+                     f'{getattr(inputs, "shape", None)}')
+
+
+def _check_pair(target, draft, gamma) -> None:
+  """Raises one-line ValueErrors for a bad gamma or a draft with another vocabulary."""
+  if not isinstance(gamma, (int, np.integer)) or gamma < 1:
+    raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), '
+                     f'got {gamma!r}')
+  if target.vocab_size != draft.vocab_size:
+    raise ValueError(f'target and draft vocab sizes differ ({target.vocab_size} vs '
+                     f'{draft.vocab_size}); use a draft trained on the target\'s vocabulary')
+
+
+@functools.lru_cache(maxsize=64)
+def _device_defaults(num: int, setting: Optional[SamplingConfig]):
+  """Device arrays of the default arguments (kept: a repeated call moves nothing)."""
+  sampling = None if setting is None else jax.tree.map(jnp.asarray,
+                                                       SamplingParams.of(setting, num))
+  return jnp.arange(num, dtype=jnp.int32), jnp.asarray(num, jnp.int32), sampling
+
+
+def loop_config(model, gamma: int, max_decode_len: int, params: SamplingParams,
+                eos_id: Optional[int] = None, pad_id: Optional[int] = None) -> LoopConfig:
+  """The static config of a decode: eos and pad ids default to the ones the model declares."""
+  return LoopConfig(gamma=int(gamma), max_decode_len=int(max_decode_len),
+                    sampling=params.mode(),
+                    eos_id=getattr(model, 'eos_id', 1) if eos_id is None else eos_id,
+                    pad_id=getattr(model, 'pad_id', 0) if pad_id is None else pad_id)
+
+
+def _decoder(target, draft, gamma, max_decode_len, params: SamplingParams, eos_id, pad_id,
+             mesh, rules, slots) -> decoder_lib.Decoder:
+  cfg = loop_config(target, gamma, max_decode_len, params, eos_id, pad_id)
+  rules = axis_rules.STANDARD_RULES if rules is None else tuple(rules)
+  return decoder_lib.build(target, draft, cfg, None if slots is None else int(slots), mesh,
+                           rules)
+
+
+def decoder_of(target, draft, *, gamma: int, max_decode_len: int, sampling: Sampling,
+               rows: int, eos_id: Optional[int] = None, pad_id: Optional[int] = None,
+               mesh=None, rules=None, slots: Optional[int] = None) -> decoder_lib.Decoder:
+  """The Decoder that a decode of `rows` inputs with these arguments runs (built once and
+  kept): its `traces` tell how often its programs were traced."""
+  return _decoder(target, draft, gamma, max_decode_len, SamplingParams.of(sampling, rows),
+                  eos_id, pad_id, mesh, rules, slots)
+
+
+def decode(target, target_params, draft, draft_params, inputs, *, gamma: int,
+           max_decode_len: int, sampling: Sampling = SamplingConfig(),
+           rng: Optional[jax.Array] = None, eos_id: Optional[int] = None,
+           pad_id: Optional[int] = None, mesh=None, rules=None, slots: Optional[int] = None,
+           num_inputs: Optional[int] = None, row_ids=None) -> DecodeOutput:
+  """`speculative_decode` (draft given) or `autoregressive_decode` (draft None, gamma 0)."""
+  _check_inputs(inputs, max_decode_len)
+  num = int(np.shape(inputs)[0])
+  if slots is not None and (not isinstance(slots, (int, np.integer)) or slots < 1):
+    raise ValueError(f'slots must be an integer >= 1, got {slots!r}')
+  params = SamplingParams.of(sampling, num)  # host values: validated, and the static mode
+  params.validate(target.vocab_size)
+  dec = _decoder(target, draft, gamma, max_decode_len, params, eos_id, pad_id, mesh, rules,
+                 slots)
+  default_ids, default_num, default_params = _device_defaults(
+      num, sampling if isinstance(sampling, SamplingConfig) else None)
+  return dec(target_params, draft_params, inputs,
+             default_num if num_inputs is None else min(int(num_inputs), num),
+             default_ids if row_ids is None else row_ids,
+             jax.random.PRNGKey(0) if rng is None else rng,
+             params if default_params is None else default_params)
+
+
+def speculative_decode(target, target_params, draft, draft_params, inputs, *, gamma: int,
+                       max_decode_len: int, sampling: Sampling = SamplingConfig(),
+                       rng: Optional[jax.Array] = None, eos_id: Optional[int] = None,
+                       pad_id: Optional[int] = None, mesh=None, rules=None,
+                       slots: Optional[int] = None, num_inputs: Optional[int] = None,
+                       row_ids=None) -> DecodeOutput:
+  """Decodes with the target's exact output distribution, G draft tokens per target call.
+
+  Args:
+    target: the target model (the contract of specjax.models.base.Model).
+    target_params: its params pytree.
+    draft: the draft model; must share the target's vocabulary.
+    draft_params: its params pytree.
+    inputs: [N, S] int32 encoder inputs (or decoder-only prompts), right-padded with the
+      pad id.
+    gamma: G >= 1, draft tokens per iteration.
+    max_decode_len: L >= 1, the most tokens generated per row (EOS included).
+    sampling: a SamplingConfig for every row, one SamplingConfig per row, or
+      SamplingParams ([N] arrays): temperature (0 greedy), top-k, top-p, applied
+      identically to target and draft. The values are traced (no recompilation when they
+      change); only "every row greedy or not" and whether any row uses top-k / top-p are
+      static.
+    rng: PRNG key of the run (PRNGKey(0) when None).
+    eos_id: end-of-sequence token (default: the model's).
+    pad_id: written after EOS (default: the model's).
+    mesh: optional ('data', 'model') mesh (`specjax.parallel.mesh.make_mesh`): params,
+      caches and state are sharded by T5X's logical axis rules and the axes the models
+      declare; the decode runs as two jitted programs (start, then the loop with its
+      carry donated). The rows (slots) must divide by 'data'.
+    rules: logical axis rules for `mesh` (default T5X's standard ones).
+    slots: decode the N inputs through this many rows, a finished row taking the next
+      input at once (refill); None: all N at once, until the slowest is done.
+    num_inputs: decode only the first n inputs (later rows come back empty).
+    row_ids: [N] int32, each input's index in the run (default 0..N-1): its randomness is
+      fold_in(rng, index), so a sampled output does not depend on the batch, the slot,
+      refill, the mesh, or where a resumed run starts.
+
+  Returns:
+    DecodeOutput(tokens [N, L], lengths [N], stats, iterations): greedy output equals the
+    target's own greedy decode token for token; sampled output follows the target's
+    distribution. With a mesh, the output is replicated on every device.
+  """
+  _check_pair(target, draft, gamma)
+  return decode(target, target_params, draft, draft_params, inputs, gamma=gamma,
+                max_decode_len=max_decode_len, sampling=sampling, rng=rng, eos_id=eos_id,
+                pad_id=pad_id, mesh=mesh, rules=rules, slots=slots, num_inputs=num_inputs,
+                row_ids=row_ids)
+
+
+def autoregressive_decode(target, target_params, inputs, *, max_decode_len: int,
+                          sampling: Sampling = SamplingConfig(),
+                          rng: Optional[jax.Array] = None, eos_id: Optional[int] = None,
+                          pad_id: Optional[int] = None, mesh=None, rules=None,
+                          slots: Optional[int] = None, num_inputs: Optional[int] = None,
+                          row_ids=None) -> DecodeOutput:
+  """Decodes one token per target call: the reference for every exactness test.
+
+  Args and returns as `speculative_decode`, without the draft; stats count target calls.
+  """
+  return decode(target, target_params, None, None, inputs, gamma=0,
+                max_decode_len=max_decode_len, sampling=sampling, rng=rng, eos_id=eos_id,
+                pad_id=pad_id, mesh=mesh, rules=rules, slots=slots, num_inputs=num_inputs,
+                row_ids=row_ids)

@@ -1,0 +1,89 @@
+"""Loading the job's target, draft and vocabulary, and the mesh they run on."""
+from __future__ import annotations
+
+from typing import Optional
+
+from specjax import checkpoints
+from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, DEMO_VOCAB, T5_VOCAB
+from specjax.models.t5 import T5
+from specjax.models.t5_config import T5_CONFIGS
+from specjax.parallel import mesh as mesh_lib
+from specjax.parallel import rules as axis_rules
+
+
+def job_mesh(job):
+  """The job's ('data', 'model') mesh, or None to run unsharded on one device.
+
+  Raises:
+    ValueError: both --num-partitions and --mesh, or sizes that do not fit the devices.
+  """
+  if job.num_partitions is None and job.mesh is None:
+    return None
+  if job.num_partitions is not None and job.mesh is not None:
+    raise ValueError('pass either --num-partitions or --mesh, not both')
+  if job.mesh is not None:
+    return mesh_lib.mesh_from_spec(job.mesh)
+  return mesh_lib.make_mesh(num_partitions=job.num_partitions)
+
+
+def job_rules(job) -> axis_rules.Rules:
+  """T5X's standard logical axis rules for the job's parameter partitioning dims."""
+  return axis_rules.standard_logical_axis_rules(job.parameter_partitioning_dims)
+
+
+def _default(name: str, given: Optional[str], flag: str) -> str:
+  if given:
+    return given
+  if name not in T5_CONFIGS:
+    raise ValueError(f'unknown model {name!r}; pass one of {", ".join(sorted(T5_CONFIGS))}')
+  if name not in DEFAULT_CHECKPOINTS:
+    raise ValueError(f'{name} has no published checkpoint; pass {flag} PATH')
+  return DEFAULT_CHECKPOINTS[name]
+
+
+def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=axis_rules.STANDARD_RULES,
+          param_dtype='float32'):
+  shardings = None
+  if mesh is not None:
+    shardings = axis_rules.param_shardings(T5(checkpoints.resolve_config(name)), mesh, rules)
+  try:
+    return checkpoints.load_model(name, path, dtype=dtype, shardings=shardings,
+                                  param_dtype=param_dtype)
+  except (ValueError, FileNotFoundError, OSError) as e:
+    if path.startswith('gs://'):
+      raise ValueError(f'cannot read {path} (no GCS access?); copy it locally and pass '
+                       f'{flag} PATH') from e
+    raise
+
+
+def load_pair(job, mesh=None):
+  """Loads target, draft and vocabulary, checking that they fit together.
+
+  Args:
+    job: the run's settings.
+    mesh: optional mesh; params are then loaded straight into their shardings.
+
+  Returns:
+    (target, target_params, draft, draft_params, vocab).
+  """
+  target_path = _default(job.target, job.target_checkpoint, '--target-checkpoint')
+  draft_path = _default(job.draft, job.draft_checkpoint, '--draft-checkpoint')
+  demo = job.target.startswith('demo_')
+  vocab_path = job.vocab or (DEMO_VOCAB if demo else T5_VOCAB)
+  vocab = checkpoints.load_vocab(vocab_path)
+  if job.draft_vocab:
+    draft_vocab = checkpoints.load_vocab(job.draft_vocab)
+    if draft_vocab.serialized() != vocab.serialized():
+      raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
+                       f'{vocab_path}; speculative decoding needs one shared vocabulary')
+  rules = job_rules(job)
+  target, tp = _load(job.target, target_path, '--target-checkpoint', job.dtype, mesh, rules,
+                     job.param_dtype)
+  draft, dp = _load(job.draft, draft_path, '--draft-checkpoint', job.dtype, mesh, rules,
+                    job.param_dtype)
+  if target.vocab_size != draft.vocab_size:
+    raise ValueError(f'the draft {job.draft} has {draft.vocab_size} logits but the target '
+                     f'{job.target} has {target.vocab_size}; pick a draft trained on the '
+                     'target\'s vocabulary')
+  vocab.check_fits(target.vocab_size)
+  return target, tp, draft, dp, vocab
