@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from specjax.parallel import mesh as mesh_lib
 from specjax.job.decode_job import DecodeJob, run
+from specjax.job.output import open_output
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -36,7 +37,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'equal the target\'s')
   p.add_argument('--input', help='text file (one input per line, or JSONL with an "inputs" '
                  'field); - for stdin (default: the bundled sample sentences)')
-  p.add_argument('--output', help='write one JSON line per input: inputs, prediction, stats')
+  p.add_argument('--input-format', default='auto', choices=('auto', 'text', 'jsonl'),
+                 help='auto: JSONL when every non-empty line is a JSON object with an '
+                 '"inputs" string, else one text per line')
+  p.add_argument('--errors', default='strict', choices=('strict', 'replace'),
+                 help='input bytes that are not UTF-8: stop naming the line, or replace them')
+  p.add_argument('--output', help='write one JSON line per input, in input order, as each '
+                 'batch finishes (inputs, input_line, prediction, stats); rerunning the same '
+                 'command after an interruption resumes where it stopped')
   p.add_argument('--prefix', help='task prefix added to inputs that lack it (default: '
                  '"translate English to German: " for the demo pair, none otherwise)')
   p.add_argument('--gamma', default='4', help='draft tokens per target call (an integer, '
@@ -88,7 +96,8 @@ def _job(args: argparse.Namespace) -> DecodeJob:
   return DecodeJob(
       target=args.target, draft=args.draft, target_checkpoint=args.target_checkpoint,
       draft_checkpoint=args.draft_checkpoint, vocab=args.vocab, draft_vocab=args.draft_vocab,
-      input=args.input, output=args.output, prefix=args.prefix, gamma=gamma,
+      input=args.input, input_format=args.input_format, errors=args.errors,
+      output=args.output, prefix=args.prefix, gamma=gamma,
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
       batch_size=args.batch_size, max_input_len=args.max_input_len,
       max_decode_len=args.max_decode_len, truncate_inputs=args.truncate_inputs,
@@ -100,16 +109,24 @@ def _job(args: argparse.Namespace) -> DecodeJob:
 
 
 def _print_summary(s: dict) -> None:
-  fmt = lambda v, spec: 'n/a' if v is None else format(v, spec)
   print(f'\n{s["num_examples"]} examples, target {s["target"]}, draft {s["draft"]}, '
         f'gamma {s["gamma"]}, temperature {s["temperature"]}')
   if s.get('gamma_reason'):
     print(f'  gamma: {s["gamma_reason"]}')
-  print(f'  alpha {s["alpha"]:.3f}, {s["tokens_per_call"]:.2f} tokens per target call, '
-        f'{s["target_calls"]} target calls for {s["generated_tokens"]} tokens')
-  print(f'  {s["tokens_per_second"]:.1f} tokens/s speculative vs '
-        f'{fmt(s["baseline_tokens_per_second"], ".1f")} tokens/s target alone: speedup '
-        f'{fmt(s["speedup"], ".2f")}x (both compiled before timing)')
+  if s.get('resumed'):
+    print(f'  resumed: {s["resumed"]} inputs were already in the output, {s["decoded"]} '
+          'decoded now')
+  if not s['decoded']:
+    return
+  print(f'  alpha {s["alpha"]:.3f}, {s["tokens_per_call"]:.2f} tokens per target call: '
+        f'{s["generated_tokens"]} tokens from {s["target_calls"]} per-row target calls '
+        f'({s["batched_target_calls"]} batched calls of the model)')
+  if s['speedup'] is None:
+    print(f'  {s["tokens_per_second"]:.1f} tokens/s speculative')
+  else:
+    print(f'  {s["tokens_per_second"]:.1f} tokens/s speculative vs '
+          f'{s["baseline_tokens_per_second"]:.1f} tokens/s target alone: speedup '
+          f'{s["speedup"]:.2f}x (both compiled before timing)')
   widths = s.get('input_widths') or []
   print(f'  inputs padded to width {", ".join(map(str, widths))}: {len(widths)} '
         f'compilation{"s" if len(widths) > 1 else ""}, {s["compile_seconds"]:.1f} s')
@@ -125,21 +142,23 @@ def main(argv=None) -> int:
   try:
     job = _job(args)
     job.progress = job.progress and primary
-    output = open(job.output, 'w', encoding='utf-8') if job.output and primary else None
+    output = open_output(job.output) if primary else None
 
     def on_record(record):
-      if output:
-        output.write(json.dumps(record, ensure_ascii=False) + '\n')
-        output.flush()
       if not args.json and not args.quiet and primary:
         tqdm.write(f'{record["inputs"]}\n  -> {record["prediction"]}')  # above the bar
 
-    summary = run(job, on_record)
+    summary = run(job, on_record, output)
   except (ValueError, FileNotFoundError, OSError) as e:
     print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
     return 2
+  except KeyboardInterrupt:
+    where = (f'{output.written} inputs are in {output.path}; rerun the same command to resume'
+             if output is not None else 'nothing was written (no --output)')
+    print(f'interrupted: {where}', file=sys.stderr)
+    return 130
   finally:
-    if output:
+    if output is not None:
       output.close()
   if not primary:
     return 0

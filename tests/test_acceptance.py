@@ -57,15 +57,21 @@ def test_one_hot_rows_are_exact_match():
   assert set(np.asarray(res.n).tolist()) == {2} and set(np.asarray(res.y).tolist()) == {1}
 
 
-def test_no_nan_when_residual_underflows():
-  p = jnp.asarray(P)[None]
-  res = acceptance.accept(p, p[:, :2], jnp.array([[0, 1]]), _keys(1))
-  assert int(res.n[0]) == 2  # p == q accepts every token
-  assert np.all(np.isfinite(np.asarray(res.beta)))
-  # q slightly above p everywhere it matters: residual ~ 0 but a valid token comes out
-  q = jnp.asarray(P[:2] + 1e-9)[None]
-  res = acceptance.accept(p, q, jnp.array([[0, 1]]), _keys(1, 1))
-  assert 0 <= int(res.y[0]) < 3
+def test_residual_that_rounds_to_nothing_falls_back_to_the_target(monkeypatch):
+  """q just above p at every token (a rounding case): the residual max(0, p - q) is all 0,
+  so after a rejection the extra token is drawn from p itself, never NaN."""
+  p = jnp.asarray(P)[None]  # [1, G+1, V]
+  q = p[:, :2] * (1 + 1e-6)  # [1, G, V], above p everywhere
+  np.testing.assert_array_equal(acceptance.residual(p[0, 0], q[0, 0]), p[0, 0])
+  np.testing.assert_allclose(acceptance.residual(p[0, 0], 0.5 * p[0, 0]), P[0], rtol=1e-6)
+  # r just below 1 rejects x_1 (r * q > p there): the fallback is what draws y
+  monkeypatch.setattr(sampling, 'uniform', lambda keys, shape=(): jnp.full(
+      (keys.shape[0],) + tuple(shape), np.nextafter(np.float32(1), np.float32(0))))
+  res = acceptance.accept(p, q, jnp.array([[0, 1]]), _keys(1))
+  assert int(res.n[0]) == 0
+  assert P[0, int(res.y[0])] > 0 and np.all(np.isfinite(np.asarray(res.beta)))
+  same = acceptance.accept(p, p[:, :2], jnp.array([[0, 1]]), _keys(1))
+  assert int(same.n[0]) == 2  # p == q: r < 1 accepts every token
 
 
 def test_accept_greedy_equals_accept_on_one_hots():

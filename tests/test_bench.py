@@ -229,10 +229,28 @@ def test_timed_decode_keeps_each_batchs_fastest_pass():
   assert run['tokens'].tolist() == [[i] * 3 for i in range(4)]
 
 
+def _simulated_iterations(alpha, gamma, length, trials=200_000, seed=0):
+  """Mean iterations to produce `length` tokens when each draft token is accepted with
+  probability alpha, independently: a Monte Carlo of the loop, apart from `theory`."""
+  import numpy as np
+  rng = np.random.default_rng(seed)
+  left = np.full(trials, length)
+  iterations = np.zeros(trials)
+  while (left > 0).any():
+    accepted = np.argmin(np.concatenate([rng.random((trials, gamma)) < alpha,
+                                         np.zeros((trials, 1), bool)], axis=1), axis=1)
+    busy = left > 0
+    iterations += busy
+    left = np.where(busy, np.maximum(left - accepted - 1, 0), 0)
+  return iterations.mean()
+
+
 def test_at_lengths_splits_the_tokens_factor():
   row = _row()
   row.update(rows.at_lengths(row, [12, 10]))
   at = theory.tokens_per_iteration_at_lengths(0.8, 2, [12, 10])
+  simulated = 22 / (_simulated_iterations(0.8, 2, 12) + _simulated_iterations(0.8, 2, 10, seed=1))
+  assert at == pytest.approx(simulated, rel=5e-3)
   assert row['tokens_per_iteration_at_lengths'] == pytest.approx(at)
   assert row['predicted_speedup_at_lengths'] == pytest.approx(at / (2 * 0.1 + 1.5))
   assert row['efficiency_at_lengths'] == pytest.approx(

@@ -61,12 +61,27 @@ def test_line_longer_than_encoder(tmp_path, capsys):
 
 
 def test_truncation_only_when_asked(tmp_path):
-  long = tmp_path / 'long.txt'
+  """The cut keeps the first 15 tokens and EOS, the record says so, and the prediction is
+  that of the cut text decoded as it is."""
+  from specjax import checkpoints
+  from specjax.checkpoints.registry import DEMO_VOCAB
+  long, out = tmp_path / 'long.txt', tmp_path / 'out.jsonl'
   long.write_text('open the file and save it ' * 20 + '\n')
-  proc = _run_cli(['--input', str(long), '--max-input-len', '16', '--truncate-inputs',
-                   '--json', '--quiet', '--max-decode-len', '8', '--no-compare'])
+  args = ['--max-input-len', '16', '--json', '--quiet', '--max-decode-len', '8',
+          '--no-compare']
+  proc = _run_cli(['--input', str(long), '--truncate-inputs', '--output', str(out)] + args)
   assert proc.returncode == 0, proc.stderr
   assert json.loads(proc.stdout.splitlines()[-1])['num_examples'] == 1
+  record = json.loads(out.read_text())
+  assert record['truncated'] is True
+  vocab = checkpoints.load_vocab(DEMO_VOCAB)
+  cut = vocab.decode(vocab.encode(record['inputs'])[:15])
+  assert len(vocab.encode(cut)) <= 15
+  short, short_out = tmp_path / 'cut.txt', tmp_path / 'cut.jsonl'
+  short.write_text(cut + '\n')
+  assert _run_cli(['--input', str(short), '--output', str(short_out)] + args).returncode == 0
+  again = json.loads(short_out.read_text())
+  assert 'truncated' not in again and again['prediction'] == record['prediction']
 
 
 def test_unknown_registry_name_lists_known(tmp_path, capsys):
@@ -99,9 +114,17 @@ def test_gamma_auto_explains_its_choice(tmp_path):
                    '--batch-size', '3', '--max-decode-len', '16'])
   assert proc.returncode == 0, proc.stderr
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
-  assert isinstance(summary['gamma'], int) and 1 <= summary['gamma'] <= 8
-  assert f'gamma {summary["gamma"]} maximises the predicted speedup' in summary['gamma_reason']
   assert summary['identical_to_target'] is True
+  # the gamma the measured alpha, c and v(K) predict fastest; 0 when it measured slower
+  from specjax.core import theory
+  cal = summary['gamma_calibration']
+  predicted = {g: theory.speedup(cal['alpha'], g, cal['c'], cal['v'][str(g + 1)])
+               for g in range(1, 9)}
+  assert cal['predicted_best'] == max(predicted, key=predicted.get)
+  assert f'gamma {cal["predicted_best"]} maximises the predicted speedup' in summary[
+      'gamma_reason']
+  assert summary['gamma'] == (cal['predicted_best'] if cal['measured_speedup'] >= 1 else 0)
+  assert f'measures {cal["measured_speedup"]:.2f}x' in summary['gamma_reason']
 
 
 def test_param_dtype_flag_holds_params_in_bfloat16():

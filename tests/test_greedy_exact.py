@@ -1,4 +1,5 @@
 """Greedy speculative output equals the target's own greedy output, token for token."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -62,10 +63,15 @@ def test_draft_equal_to_target_accepts_every_markov_token():
   target, tp = chain_markov(0)
   out = specjax.speculative_decode(target, tp, target, tp, INPUTS_4, gamma=3,
                                    max_decode_len=MAX_LEN)
-  np.testing.assert_array_equal(out.stats.accepted, out.stats.drafted)
-  assert out.stats.alpha == pytest.approx(1.0)
-  np.testing.assert_array_equal(out.stats.accepted_per_position,
-                                np.repeat(np.asarray(out.stats.target_calls)[:, None], 3, 1))
+  s = jax.tree.map(np.asarray, out.stats)
+  np.testing.assert_array_equal(s.accepted, s.beta_count)  # every verified draft accepted
+  assert out.stats.alpha == pytest.approx(1.0) and out.stats.acceptance_rate == 1.0
+  np.testing.assert_array_equal(s.drafted, 3 * s.target_calls)
+  np.testing.assert_array_equal(s.generated, out.lengths)
+  np.testing.assert_array_equal(s.accepted_per_position.sum(1), s.accepted)
+  # a full block yields G + 1 tokens; only the last call of a row may yield fewer
+  assert np.all(s.generated > 4 * (s.target_calls - 1))
+  assert out.stats.tokens_per_call == pytest.approx(s.generated.sum() / s.target_calls.sum())
 
 
 def test_alpha_ignores_draft_positions_past_eos():
@@ -79,7 +85,9 @@ def test_alpha_ignores_draft_positions_past_eos():
   ref = specjax.autoregressive_decode(target, tp, INPUTS_4, max_decode_len=MAX_LEN)
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   assert out.stats.alpha == pytest.approx(1.0)
-  assert out.stats.acceptance_rate < 1.0  # drafts past EOS were still proposed and rejected
+  # drafts past EOS were proposed, and neither counted as accepted nor as rejected
+  assert out.stats.acceptance_rate == 1.0
+  assert int(out.stats.accepted.sum()) < int(out.stats.drafted.sum())
 
 
 def test_alpha_ignores_draft_positions_past_max_decode_len():

@@ -222,3 +222,21 @@ def test_mismatches_fail_with_a_message(pair, tmp_path):
     hf_t5.params_from_hf(state_dict, model.config.replace(num_encoder_layers=3))
   with pytest.raises(ValueError, match='shape'):
     hf_t5.params_from_hf(state_dict, model.config.replace(mlp_dim=8))
+
+
+def test_sharded_safetensors_load_through_their_index(pair, tmp_path):
+  """save_pretrained with a small max_shard_size writes model-0000x-of-0000y.safetensors
+  and model.safetensors.index.json: load_model reads every shard, the logits are HF's."""
+  from specjax import checkpoints
+  _, hf, _, model, params, _, _ = pair
+  hf.save_pretrained(str(tmp_path), max_shard_size='20KB')
+  shards = sorted(p.name for p in tmp_path.glob('model-*-of-*.safetensors'))
+  assert len(shards) > 2 and (tmp_path / 'model.safetensors.index.json').exists()
+  assert not (tmp_path / 'model.safetensors').exists()
+  loaded_model, loaded = checkpoints.load_model(model.config, str(tmp_path))
+  jax.tree.map(np.testing.assert_array_equal, loaded, params)
+  inputs, dec_tokens = _inputs(), np.array([[0, 5, 6, 7]] * 3)
+  encoded = loaded_model.encode(loaded, inputs)
+  logits, _ = loaded_model.decode(loaded, encoded, loaded_model.init_cache(3, 4), dec_tokens,
+                                  np.zeros(3, np.int32))
+  np.testing.assert_allclose(logits, _hf_logits(hf, inputs, dec_tokens), atol=1e-4)

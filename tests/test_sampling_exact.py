@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax.core import acceptance, api
+from specjax.core import acceptance, api, sampling
 from specjax.models.markov import MarkovModel
 from stats_util import chi_square_pvalue, enumerate_markov
 
@@ -56,9 +56,9 @@ def test_broken_rule_with_unwarped_q_is_detected(monkeypatch):
   temperature = 0.7
   exact_accept = acceptance.accept
 
-  def broken_accept(p, q, x, keys):
+  def broken_accept(p, q, x, keys, *rest):
     raw = q ** temperature  # softmax(l / T) ** T is proportional to softmax(l)
-    return exact_accept(p, raw / jnp.sum(raw, -1, keepdims=True), x, keys)
+    return exact_accept(p, raw / jnp.sum(raw, -1, keepdims=True), x, keys, *rest)
 
   monkeypatch.setattr(acceptance, 'accept', broken_accept)
   jax.clear_caches()
@@ -101,3 +101,21 @@ def test_rows_of_one_batch_sample_with_their_own_settings_without_recompiling():
   run([specjax.SamplingConfig(0.0), specjax.SamplingConfig(0.4, top_k=2),
        specjax.SamplingConfig(1.3, top_p=0.6)], seed=2)
   assert decoder.traces == before + 1  # new values, same program
+
+
+def test_first_token_over_four_thousand_follows_the_target_under_top_p():
+  """V = 4096, top-p 0.9: the first token's histogram against the warped target, the tail
+  of small expected counts pooled into one bin."""
+  vocab, n = 4096, 8_000
+  model = MarkovModel(vocab)
+  tp, dp = (model.init(jax.random.PRNGKey(seed), scale=2.5) for seed in (20, 21))
+  dp = {'logits': 0.7 * tp['logits'] + 0.3 * dp['logits']}  # a draft that roughly agrees
+  config = specjax.SamplingConfig(temperature=1.0, top_p=0.9)
+  out = specjax.speculative_decode(model, tp, model, dp, jnp.full((n, 1), START, jnp.int32),
+                                   gamma=1, max_decode_len=1, sampling=config,
+                                   rng=jax.random.PRNGKey(9))
+  p = np.asarray(sampling.warp_all(tp['logits'][START][None], config)[0], np.float64)
+  expected = {(int(t),): float(p[t]) for t in np.flatnonzero(p > 0)}
+  assert len(expected) > 100  # a wide nucleus
+  assert chi_square_pvalue(np.asarray(out.tokens), expected) > 1e-3
+  assert 0.05 < out.stats.acceptance_rate < 0.95

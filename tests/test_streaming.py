@@ -113,3 +113,29 @@ def test_decode_job_with_refill_matches_fixed_batches(tmp_path):
   assert streamed['identical_to_target'] is True and fixed['identical_to_target'] is True
   assert streamed_records == fixed_records  # predictions, counts, order
   assert streamed['generated_tokens'] == fixed['generated_tokens']
+
+
+def test_a_run_of_several_refill_units_keeps_input_order_and_each_inputs_randomness(tmp_path):
+  """20 sampled inputs at batch 2 with refill: three decode calls of up to 8 inputs. The
+  records come in input order, and each input's sample is the one a single fixed batch of
+  all 20 gives it: its randomness is its own (seed, line), not its unit's or its slot's."""
+  from specjax.job import decode_job
+  lines = ['Print the page', 'Open the file', 'Save changes before closing?', 'Quit',
+           'Unable to open the file', 'Close the window', 'Delete the selected messages',
+           'Undo', 'Redo', 'Copy the link'] * 2
+  src = tmp_path / 'in.txt'
+  src.write_text('\n'.join(lines) + '\n')
+
+  def decode(batch_size, refill):
+    records = []
+    decode_job.run(decode_job.DecodeJob(input=str(src), gamma=3, batch_size=batch_size,
+                                        max_decode_len=12, temperature=1.0, seed=5,
+                                        refill=refill, compare=False, progress=False),
+                   records.append)
+    return records
+
+  streamed, fixed = decode(2, True), decode(20, False)
+  assert [r['input_line'] for r in streamed] == list(range(1, 21))
+  assert [r['prediction'] for r in streamed] == [r['prediction'] for r in fixed]
+  assert len({r['prediction'] for r in streamed[:10]} | {r['prediction'] for r in
+                                                          streamed[10:]}) > 10

@@ -52,10 +52,13 @@ def test_tokens_per_call_matches_formula(gamma):
                                    sampling=specjax.SamplingConfig(temperature=1.0),
                                    rng=jax.random.PRNGKey(gamma))
   s = out.stats
-  per_row = (np.asarray(s.accepted) + np.asarray(s.target_calls)) / np.asarray(s.target_calls)
+  assert np.all(np.asarray(out.lengths) == 40) and not np.asarray(s.nonfinite).any()
+  per_row = np.asarray(s.generated) / np.asarray(s.target_calls)
   stderr = per_row.std() / np.sqrt(len(per_row))
-  expected = theory.expected_tokens_per_call(alpha, gamma)
+  # every output is 40 tokens long and ends inside its last block
+  expected = theory.tokens_per_iteration_at_lengths(alpha, gamma, [40])
   assert abs(s.tokens_per_call - expected) < 5 * stderr + 1e-3
+  assert expected < theory.expected_tokens_per_call(alpha, gamma)
   assert s.alpha == pytest.approx(alpha, rel=1e-4)  # beta is exact and constant here
 
 

@@ -115,7 +115,7 @@ def _setup(args):
   prefix = args.prefix if args.prefix is not None else (
       DEMO_PREFIX if args.target.startswith('demo_') else '')
   texts = _read_texts(args.input, prefix, args.num_examples, args.select)
-  return target, tp, draft, dp, tokenize(vocab, texts, args.max_input_len, False)
+  return target, tp, draft, dp, tokenize(vocab, texts, args.max_input_len, False)[0]
 
 
 def run_bench(args) -> dict:

@@ -204,8 +204,8 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
   costs = {'c': t['t_draft'] / t['t_1'], 'v': {gamma + 1: t['t_verify'] / t['t_1']}}
   row = {
       'gamma': gamma, 'temperature': sampling.temperature, 'alpha': alpha,
-      'alpha_accepted': float(s.accepted.sum() / max(s.drafted.sum(), 1)),
-      'tokens_per_call': float((s.accepted.sum() + num_calls) / max(num_calls, 1)),
+      'alpha_accepted': float(s.accepted.sum() / max(s.beta_count.sum(), 1)),
+      'tokens_per_call': float(s.generated.sum() / max(num_calls, 1)),
       'predicted_tokens_per_call': theory.expected_tokens_per_call(min(alpha, 1.0), gamma),
       'target_calls': num_calls, 'tokens': run['num_tokens'],
       'baseline_tokens': ref['num_tokens'],

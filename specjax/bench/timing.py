@@ -50,8 +50,8 @@ def _repeat_call(model, params, inputs, num_tokens, repeats, cache_len, draft):
     cache, total = carry
     seq, pos = _inputs_at(i, batch, cache_len, num_tokens)
     if draft:
-      x, _, cache = steps.draft_step(bound, cache, seq[:, 0], pos, None, _GREEDY, cfg)
-      return cache, total + x[0].astype(jnp.float32)
+      d = steps.draft_step(bound, cache, seq[:, 0], pos, None, _GREEDY, cfg)
+      return d.cache, total + d.x[0].astype(jnp.float32)
     logits, cache = steps.verify(bound, cache, seq[:, 0], seq[:, 1:], pos)
     return cache, total + logits[0, -1, 0]
 
@@ -97,8 +97,8 @@ def _block(draft: Bound, cache, i, batch: int, cache_len: int, gamma: int):
   """The draft block of iteration i of a timed loop, greedy: (x [B, G], pos [B], cache)."""
   seq, pos = _inputs_at(i, batch, cache_len, cache_len)
   cfg = LoopConfig(gamma=gamma, max_decode_len=1)
-  x, _, cache = steps.draft_block(draft, cache, seq, pos, None, _GREEDY, cfg)
-  return seq[:, 0], x, pos, cache
+  d = steps.draft_block(draft, cache, seq, pos, None, _GREEDY, cfg)
+  return seq[:, 0], d.x, pos, d.cache
 
 
 @functools.partial(jax.jit, static_argnames=('target', 'draft', 'gamma', 'repeats',

@@ -31,6 +31,27 @@ def _check_inputs(inputs, max_decode_len) -> None:
                      f'{getattr(inputs, "shape", None)}')
 
 
+def _check_ids(inputs, num: int, vocab_size: int, pad_id: int) -> None:
+  """Refuses ids outside [0, V) and rows that hold only padding, before anything runs.
+
+  The first `num` rows are checked (the others are never decoded). Traced inputs (a decode
+  inside an outer jit) cannot be read and are not checked.
+  """
+  if isinstance(inputs, jax.core.Tracer):
+    return
+  rows = np.asarray(jax.device_get(inputs))[:num]
+  bad = np.argwhere((rows < 0) | (rows >= vocab_size))
+  if len(bad):
+    row, col = (int(i) for i in bad[0])
+    raise ValueError(f'input row {row} holds id {int(rows[row, col])} at position {col}, '
+                     f'outside the model\'s vocabulary [0, {vocab_size}); tokenize the '
+                     'inputs with the model\'s own vocabulary')
+  empty = np.flatnonzero(~np.any(rows != pad_id, axis=1))
+  if len(empty):
+    raise ValueError(f'input row {int(empty[0])} holds only padding (id {pad_id}); drop it, '
+                     'or decode only the rows before it (num_inputs)')
+
+
 def _check_pair(target, draft, gamma) -> None:
   """Raises one-line ValueErrors for a bad gamma or a draft with another vocabulary."""
   if not isinstance(gamma, (int, np.integer)) or gamma < 1:
@@ -49,18 +70,41 @@ def _device_defaults(num: int, setting: Optional[SamplingConfig]):
   return jnp.arange(num, dtype=jnp.int32), jnp.asarray(num, jnp.int32), sampling
 
 
+VERIFICATIONS = ('token', 'block')
+
+
 def loop_config(model, gamma: int, max_decode_len: int, params: SamplingParams,
-                eos_id: Optional[int] = None, pad_id: Optional[int] = None) -> LoopConfig:
-  """The static config of a decode: eos and pad ids default to the ones the model declares."""
-  return LoopConfig(gamma=int(gamma), max_decode_len=int(max_decode_len),
-                    sampling=params.mode(),
+                eos_id: Optional[int] = None, pad_id: Optional[int] = None,
+                verification: str = 'token', draft_threshold: float = 0.0,
+                lenience: float = 1.0) -> LoopConfig:
+  """The static config of a decode: eos and pad ids default to the ones the model declares.
+
+  Raises:
+    ValueError: an unknown verification, a threshold outside [0, 1], a lenience outside
+      (0, 1], or a lenience with greedy decoding or block verification.
+  """
+  if verification not in VERIFICATIONS:
+    raise ValueError(f'verification must be one of {", ".join(VERIFICATIONS)}, got '
+                     f'{verification!r}')
+  if not 0.0 <= draft_threshold <= 1.0:
+    raise ValueError(f'the draft confidence threshold must be in [0, 1] (0 drafts gamma '
+                     f'tokens always), got {draft_threshold}')
+  if not 0.0 < lenience <= 1.0:
+    raise ValueError(f'lenience must be in (0, 1] (1 is exact), got {lenience}')
+  mode = params.mode()
+  if lenience < 1.0 and (mode.greedy or verification == 'block'):
+    raise ValueError('lenience changes the token rule of sampled decoding only; pass a '
+                     'temperature > 0 and token verification, or lenience 1')
+  return LoopConfig(gamma=int(gamma), max_decode_len=int(max_decode_len), sampling=mode,
                     eos_id=getattr(model, 'eos_id', 1) if eos_id is None else eos_id,
-                    pad_id=getattr(model, 'pad_id', 0) if pad_id is None else pad_id)
+                    pad_id=getattr(model, 'pad_id', 0) if pad_id is None else pad_id,
+                    verification=verification, draft_threshold=float(draft_threshold),
+                    lenience=float(lenience))
 
 
 def _decoder(target, draft, gamma, max_decode_len, params: SamplingParams, eos_id, pad_id,
-             mesh, rules, slots) -> decoder_lib.Decoder:
-  cfg = loop_config(target, gamma, max_decode_len, params, eos_id, pad_id)
+             mesh, rules, slots, **rule) -> decoder_lib.Decoder:
+  cfg = loop_config(target, gamma, max_decode_len, params, eos_id, pad_id, **rule)
   rules = axis_rules.STANDARD_RULES if rules is None else tuple(rules)
   return decoder_lib.build(target, draft, cfg, None if slots is None else int(slots), mesh,
                            rules)
@@ -68,31 +112,34 @@ def _decoder(target, draft, gamma, max_decode_len, params: SamplingParams, eos_i
 
 def decoder_of(target, draft, *, gamma: int, max_decode_len: int, sampling: Sampling,
                rows: int, eos_id: Optional[int] = None, pad_id: Optional[int] = None,
-               mesh=None, rules=None, slots: Optional[int] = None) -> decoder_lib.Decoder:
+               mesh=None, rules=None, slots: Optional[int] = None,
+               **rule) -> decoder_lib.Decoder:
   """The Decoder that a decode of `rows` inputs with these arguments runs (built once and
-  kept): its `traces` tell how often its programs were traced."""
+  kept): its `traces` tell how often its programs were traced. `rule`: verification,
+  draft_threshold, lenience (as `speculative_decode`)."""
   return _decoder(target, draft, gamma, max_decode_len, SamplingParams.of(sampling, rows),
-                  eos_id, pad_id, mesh, rules, slots)
+                  eos_id, pad_id, mesh, rules, slots, **rule)
 
 
 def decode(target, target_params, draft, draft_params, inputs, *, gamma: int,
            max_decode_len: int, sampling: Sampling = SamplingConfig(),
            rng: Optional[jax.Array] = None, eos_id: Optional[int] = None,
            pad_id: Optional[int] = None, mesh=None, rules=None, slots: Optional[int] = None,
-           num_inputs: Optional[int] = None, row_ids=None) -> DecodeOutput:
+           num_inputs: Optional[int] = None, row_ids=None, **rule) -> DecodeOutput:
   """`speculative_decode` (draft given) or `autoregressive_decode` (draft None, gamma 0)."""
   _check_inputs(inputs, max_decode_len)
   num = int(np.shape(inputs)[0])
   if slots is not None and (not isinstance(slots, (int, np.integer)) or slots < 1):
     raise ValueError(f'slots must be an integer >= 1, got {slots!r}')
+  n = num if num_inputs is None else min(int(num_inputs), num)
+  _check_ids(inputs, n, target.vocab_size, getattr(target, 'pad_id', 0))
   params = SamplingParams.of(sampling, num)  # host values: validated, and the static mode
   params.validate(target.vocab_size)
   dec = _decoder(target, draft, gamma, max_decode_len, params, eos_id, pad_id, mesh, rules,
-                 slots)
+                 slots, **rule)
   default_ids, default_num, default_params = _device_defaults(
       num, sampling if isinstance(sampling, SamplingConfig) else None)
-  return dec(target_params, draft_params, inputs,
-             default_num if num_inputs is None else min(int(num_inputs), num),
+  return dec(target_params, draft_params, inputs, default_num if num_inputs is None else n,
              default_ids if row_ids is None else row_ids,
              jax.random.PRNGKey(0) if rng is None else rng,
              params if default_params is None else default_params)
@@ -103,7 +150,8 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
                        rng: Optional[jax.Array] = None, eos_id: Optional[int] = None,
                        pad_id: Optional[int] = None, mesh=None, rules=None,
                        slots: Optional[int] = None, num_inputs: Optional[int] = None,
-                       row_ids=None) -> DecodeOutput:
+                       row_ids=None, verification: str = 'token',
+                       draft_threshold: float = 0.0, lenience: float = 1.0) -> DecodeOutput:
   """Decodes with the target's exact output distribution, G draft tokens per target call.
 
   Args:
@@ -112,7 +160,7 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
     draft: the draft model; must share the target's vocabulary.
     draft_params: its params pytree.
     inputs: [N, S] int32 encoder inputs (or decoder-only prompts), right-padded with the
-      pad id.
+      target's pad id; ids outside [0, V) and rows of padding alone are refused.
     gamma: G >= 1, draft tokens per iteration.
     max_decode_len: L >= 1, the most tokens generated per row (EOS included).
     sampling: a SamplingConfig for every row, one SamplingConfig per row, or
@@ -122,7 +170,8 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
       static.
     rng: PRNG key of the run (PRNGKey(0) when None).
     eos_id: end-of-sequence token (default: the model's).
-    pad_id: written after EOS (default: the model's).
+    pad_id: what outputs hold after EOS (default: the model's; inputs are padded with the
+      model's own pad id).
     mesh: optional ('data', 'model') mesh (`specjax.parallel.mesh.make_mesh`): params,
       caches and state are sharded by T5X's logical axis rules and the axes the models
       declare; the decode runs as two jitted programs (start, then the loop with its
@@ -134,6 +183,15 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
     row_ids: [N] int32, each input's index in the run (default 0..N-1): its randomness is
       fold_in(rng, index), so a sampled output does not depend on the batch, the slot,
       refill, the mesh, or where a resumed run starts.
+    verification: 'token', the paper's rule, or 'block', block verification (the draft
+      verified as a whole: exact too, and at least as many tokens per call in
+      expectation); the same for greedy rows.
+    draft_threshold: per-row dynamic gamma: a row stops proposing at its first draft token
+      whose confidence (the draft's largest probability) is below it, and the draft steps
+      end once every row has (exact: the rule reads the draft only); 0 drafts G always.
+    lenience: l in (0, 1], sampled decoding with the token rule only: accept when
+      r * l * q(x) < p(x) (the paper's appendix F). Below 1 the output is NOT the
+      target's distribution any more; faster, lossy.
 
   Returns:
     DecodeOutput(tokens [N, L], lengths [N], stats, iterations): greedy output equals the
@@ -144,7 +202,8 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
   return decode(target, target_params, draft, draft_params, inputs, gamma=gamma,
                 max_decode_len=max_decode_len, sampling=sampling, rng=rng, eos_id=eos_id,
                 pad_id=pad_id, mesh=mesh, rules=rules, slots=slots, num_inputs=num_inputs,
-                row_ids=row_ids)
+                row_ids=row_ids, verification=verification,
+                draft_threshold=draft_threshold, lenience=lenience)
 
 
 def autoregressive_decode(target, target_params, inputs, *, max_decode_len: int,

@@ -9,7 +9,7 @@ top-p at all) is static. Shape letters: B rows, V vocab.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import flax.struct
 import jax
@@ -197,16 +197,63 @@ def uniform(keys: jax.Array, shape=()) -> jax.Array:
   return jax.vmap(lambda k: jax.random.uniform(k, shape, jnp.float32))(keys)
 
 
-def sample(keys: jax.Array, probs: jax.Array) -> jax.Array:
-  """Draws one token per row from probs [B, V], each row with its own key. Returns [B] int32.
+# Tokens per block of the two-level inverse CDF in `sample`.
+SAMPLE_BLOCK = 128
 
-  Inverse CDF: one uniform u per row, and the token whose interval of the running sum
-  holds u * sum(probs). probs need not be normalised. jax.random.categorical draws V
-  Gumbel variates per row instead: 113 us for a [1, 4096] row on XLA:CPU against 3 us,
-  more than a whole demo draft step.
+
+def _first(hit: jax.Array) -> jax.Array:
+  """Index of the first True along the last axis (its size where there is none)."""
+  size = hit.shape[-1]
+  return jnp.min(jnp.where(hit, jnp.arange(size, dtype=jnp.int32), size), axis=-1)
+
+
+def _last(hit: jax.Array) -> jax.Array:
+  """Index of the last True along the last axis (0 where there is none)."""
+  return jnp.max(jnp.where(hit, jnp.arange(hit.shape[-1], dtype=jnp.int32), 0), axis=-1)
+
+
+def sample(keys: jax.Array, probs: jax.Array, rows: Optional[jax.Array] = None) -> jax.Array:
+  """Draws one token per key from probs, never a token of probability 0. Returns [N] int32.
+
+  A two-level inverse CDF: one uniform u per draw, scaled by the row's total (probs need
+  not be normalised); the first block of SAMPLE_BLOCK tokens whose running mass passes u
+  and that has mass at all, then the first token of that block whose running mass passes
+  u and whose own probability is positive. A running sum in float32 is not monotone (XLA
+  adds it as a tree), so a plain inverse CDF gives a token of probability 0 a tiny
+  interval: about 1e-5 of the draws under top-p 0.9 at V = 32128. Here the positive
+  probability is part of the rule, so such a token is never drawn; and a draw costs
+  V / SAMPLE_BLOCK + SAMPLE_BLOCK steps once a row's block sums are known.
+  jax.random.categorical draws V Gumbel variates per row instead: 113 us for a [1, 4096]
+  row on XLA:CPU, more than a whole demo draft step.
+
+  Args:
+    keys: [N, ...] one PRNG key per draw.
+    probs: [M, V] non-negative, each row with positive mass.
+    rows: [N] int32, the row of `probs` each draw uses (default: draw i uses row i).
+
+  Returns:
+    [N] int32 tokens, each with probs[row, token] > 0.
   """
-  cdf = jnp.cumsum(probs.astype(jnp.float32), axis=-1)  # [B, V]
-  total = cdf[..., -1:]
-  u = uniform(keys)[:, None] * total
-  u = jnp.minimum(u, jnp.nextafter(total, 0.0))  # u < total even where the product rounds up
-  return jnp.sum(cdf <= u, axis=-1).astype(jnp.int32)
+  probs = probs.astype(jnp.float32)
+  vocab = probs.shape[-1]
+  block = min(SAMPLE_BLOCK, vocab)
+  count = -(-vocab // block)
+  blocks = jnp.pad(probs, ((0, 0), (0, count * block - vocab))).reshape(
+      probs.shape[0], count, block)  # [M, NB, K]
+  mass = jnp.sum(blocks, axis=-1)  # [M, NB]
+  cdf = jnp.cumsum(mass, axis=-1)  # [M, NB]
+  if rows is None:
+    rows = jnp.arange(probs.shape[0])
+  else:
+    mass, cdf = mass[rows], cdf[rows]  # [N, NB]
+  total = cdf[:, -1]  # [N]
+  u = jnp.minimum(uniform(keys) * total, jnp.nextafter(total, 0.0))  # [N], u < total
+  b = _first((cdf > u[:, None]) & (mass > 0))  # [N]
+  b = jnp.where(b < count, b, _last(mass > 0))
+  before = jnp.where(b > 0, jnp.take_along_axis(cdf, jnp.maximum(b - 1, 0)[:, None],
+                                                axis=1)[:, 0], 0.0)
+  inner = blocks[rows, b]  # [N, K]
+  inner_cdf = before[:, None] + jnp.cumsum(inner, axis=-1)
+  i = _first((inner_cdf > u[:, None]) & (inner > 0))
+  i = jnp.where(i < block, i, _last(inner > 0))
+  return jnp.minimum(b * block + i, vocab - 1).astype(jnp.int32)

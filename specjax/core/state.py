@@ -25,6 +25,13 @@ class LoopConfig:
     sampling: the static sampling mode (the per-row values are in the state).
     eos_id: the end-of-sequence token (the models declare it).
     pad_id: written after EOS.
+    verification: 'token' (the paper's token-by-token rule) or 'block' (block
+      verification: the draft verified as a whole, at least as many tokens accepted in
+      expectation); both exact, and identical for greedy rows.
+    draft_threshold: per-row dynamic gamma: a row stops proposing at its first draft token
+      whose confidence (the draft's largest probability) is under it; 0 drafts G always.
+    lenience: l in (0, 1]: accept when r * l * q(x) < p(x) (the paper's appendix F); 1 is
+      exact, below 1 sampled outputs are no longer the target's.
   """
 
   gamma: int
@@ -32,6 +39,9 @@ class LoopConfig:
   sampling: SamplingMode = SamplingMode()
   eos_id: int = 1
   pad_id: int = 0
+  verification: str = 'token'
+  draft_threshold: float = 0.0
+  lenience: float = 1.0
 
   def width(self, prompt_width: int) -> int:
     """W, the sequence buffer and cache length: the prompt, L tokens, and room for a
@@ -43,29 +53,41 @@ class LoopConfig:
 class DecodeStats:
   """Per-row counters of a decode.
 
+  Every count is of the row's own output: nothing past its EOS or max_decode_len counts,
+  so tokens_per_call = generated / target_calls exactly.
+
   Attributes:
-    target_calls: [B] int32, target calls made while the row was active.
-    drafted: [B] int32, draft tokens proposed.
-    accepted: [B] int32, draft tokens accepted.
-    accepted_per_position: [B, G] int32, how often draft position i was accepted.
+    target_calls: [B] int32, target calls (loop iterations) made while the row was
+      active: per-row calls. The batched model calls of a decode are
+      `DecodeOutput.iterations`.
+    drafted: [B] int32, draft tokens proposed (G per call).
+    accepted: [B] int32, accepted draft tokens that are in the output.
+    accepted_per_position: [B, G] int32, how often draft position i was accepted into the
+      output.
+    generated: [B] int32, tokens in the output (EOS included): the row's length.
     beta_sum: [B] float32, sum of beta = sum_x min(p, q) over the verified draft positions
       inside the output: up to the first rejection, none past EOS or max_decode_len.
     beta_count: [B] int32, how many positions beta_sum covers.
+    nonfinite: [B] int32, calls in which the target's or the draft's logits for the row
+      held a NaN or an infinity (float overflow, corrupt weights): the row's output is then
+      not the model's; 0 in a healthy decode.
   """
 
   target_calls: jax.Array
   drafted: jax.Array
   accepted: jax.Array
   accepted_per_position: jax.Array
+  generated: jax.Array
   beta_sum: jax.Array
   beta_count: jax.Array
+  nonfinite: jax.Array
 
   @classmethod
   def zeros(cls, batch: int, gamma: int) -> 'DecodeStats':
     z = jnp.zeros((batch,), jnp.int32)
     return cls(target_calls=z, drafted=z, accepted=z,
-               accepted_per_position=jnp.zeros((batch, gamma), jnp.int32),
-               beta_sum=jnp.zeros((batch,), jnp.float32), beta_count=z)
+               accepted_per_position=jnp.zeros((batch, gamma), jnp.int32), generated=z,
+               beta_sum=jnp.zeros((batch,), jnp.float32), beta_count=z, nonfinite=z)
 
   @property
   def alpha(self) -> float:
@@ -74,14 +96,14 @@ class DecodeStats:
 
   @property
   def acceptance_rate(self) -> float:
-    """Accepted / drafted over the whole batch."""
-    return float(jnp.sum(self.accepted) / jnp.maximum(jnp.sum(self.drafted), 1))
+    """Accepted draft tokens / draft tokens the target verified inside the outputs (the
+    positions beta covers), over the whole batch: alpha counted instead of estimated."""
+    return float(jnp.sum(self.accepted) / jnp.maximum(jnp.sum(self.beta_count), 1))
 
   @property
   def tokens_per_call(self) -> float:
-    """Mean tokens produced per target call, n + 1, before EOS or length truncation."""
-    calls = jnp.sum(self.target_calls)
-    return float((jnp.sum(self.accepted) + calls) / jnp.maximum(calls, 1))
+    """Output tokens per per-row target call, over the whole batch."""
+    return float(jnp.sum(self.generated) / jnp.maximum(jnp.sum(self.target_calls), 1))
 
 
 @flax.struct.dataclass

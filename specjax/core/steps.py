@@ -46,20 +46,63 @@ def pick(logits: jax.Array, keys: Optional[jax.Array], params: SamplingParams,
   return sampling.sample(keys, q), q
 
 
+def nonfinite(logits: jax.Array) -> jax.Array:
+  """[B] bool: rows of logits [B, ..., V] holding a NaN or a +inf, or a position whose
+  every logit is -inf (-inf alone is a mask, not an error)."""
+  flat = logits.reshape(logits.shape[0], -1, logits.shape[-1])
+  broken = jnp.isnan(flat) | (flat == jnp.inf)
+  return jnp.any(broken, axis=(1, 2)) | jnp.any(jnp.all(flat == -jnp.inf, axis=-1), axis=1)
+
+
+class Drafted(NamedTuple):
+  """What the draft proposes in one call or one block.
+
+  Attributes:
+    x: [B] int32 (a step) or [B, G] (a block): the draft tokens.
+    q: [B, V] or [B, G, V] float32: the distributions x was drawn from (None when greedy).
+    cache: the draft's cache after the call.
+    nonfinite: [B] bool, rows whose draft logits held a NaN or an infinity.
+    confidence: [B] float32, the draft's largest probability (a step), or drafted: [B]
+      int32, how many of the G tokens each row proposes (a block; G unless a confidence
+      threshold stopped it earlier).
+  """
+
+  x: jax.Array
+  q: Optional[jax.Array]
+  cache: Any
+  nonfinite: jax.Array
+  confidence: jax.Array
+
+
 def draft_step(draft: Bound, cache, token: jax.Array, pos: jax.Array, keys, params,
-               cfg: LoopConfig):
-  """One draft step: token [B] at positions pos [B] -> (x [B], q [B, V] or None, cache)."""
+               cfg: LoopConfig) -> Drafted:
+  """One draft step: token [B] at positions pos [B] -> the next draft token of each row."""
   logits, cache = draft.decode(cache, token[:, None], pos)
-  x, q = pick(logits[:, 0], keys, params, cfg)
-  return x, q, cache
+  return _drafted(logits[:, 0], keys, params, cfg, cache)
+
+
+def _drafted(logits: jax.Array, keys, params, cfg: LoopConfig, cache) -> Drafted:
+  x, q = pick(logits, keys, params, cfg)
+  if q is None:  # the largest probability of the draft's own softmax
+    logits = logits.astype(jnp.float32)
+    confidence = jnp.exp(jnp.max(logits, -1) - jax.nn.logsumexp(logits, -1))
+  else:
+    confidence = jnp.max(q, axis=-1)
+  return Drafted(x, q, cache, nonfinite(logits), confidence)
 
 
 def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
-                keys: Optional[jax.Array], params: SamplingParams, cfg: LoopConfig):
-  """Runs G draft steps. Returns x [B, G], q [B, G, V] (None when greedy) and the cache.
+                keys: Optional[jax.Array], params: SamplingParams, cfg: LoopConfig
+                ) -> Drafted:
+  """Runs G draft steps: x [B, G], q [B, G, V] (None when greedy), the cache, the rows whose
+  logits were not finite, and how many tokens each row proposes.
 
   The first step feeds two tokens (positions pos-1 and pos) so that the draft cache catches
-  up after a fully accepted block, whose last draft token it never saw.
+  up after a fully accepted block, whose last draft token it never saw. With
+  cfg.draft_threshold > 0 a row stops proposing at its first token whose confidence (the
+  draft's largest probability) is under the threshold (it proposes the first token always),
+  and the steps stop once every row has: the verify call still scores G positions, each row
+  uses its own count. The stopping rule reads the draft only, so the output stays exact.
 
   Args:
     draft: the draft and its rows' encoding.
@@ -69,26 +112,56 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
     params: the rows' sampling settings.
     cfg: the static loop config.
   """
-  greedy = cfg.sampling.greedy
+  greedy, gamma = cfg.sampling.greedy, cfg.gamma
   start = jnp.maximum(pos - 1, 0)  # [B]
   pair = jnp.stack([gather_rows(seq, start), gather_rows(seq, start + 1)], axis=1)  # [B, 2]
   logits, cache = draft.decode(cache, pair, start)
   logits = jnp.take_along_axis(logits, (pos - start)[:, None, None], axis=1)[:, 0]
-  x1, q1 = pick(logits, None if greedy else keys[0], params, cfg)
-  if cfg.gamma == 1:
-    return x1[:, None], None if greedy else q1[:, None], cache
+  first = _drafted(logits, None if greedy else keys[0], params, cfg, cache)
+  all_rows = jnp.full(pos.shape, gamma, jnp.int32)
+  if gamma == 1:
+    return Drafted(first.x[:, None], None if greedy else first.q[:, None], first.cache,
+                   first.nonfinite, all_rows)
+  if cfg.draft_threshold > 0.0:
+    return _draft_until_unsure(draft, first, pos, keys, params, cfg)
 
   def step(carry, step_keys):
-    cache, token, p = carry
-    x, q, cache = draft_step(draft, cache, token, p, step_keys, params, cfg)
-    return (cache, x, p + 1), (x, q)
+    cache, token, p, bad = carry
+    d = draft_step(draft, cache, token, p, step_keys, params, cfg)
+    return (d.cache, d.x, p + 1, bad | d.nonfinite), (d.x, d.q)
 
-  (cache, _, _), (xs, qs) = jax.lax.scan(step, (cache, x1, pos + 1),
-                                         None if greedy else keys[1:], length=cfg.gamma - 1)
-  x = jnp.concatenate([x1[:, None], xs.T], axis=1)  # [B, G]
-  if greedy:
-    return x, None, cache
-  return x, jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1), cache  # [B, G, V]
+  (cache, _, _, bad), (xs, qs) = jax.lax.scan(
+      step, (first.cache, first.x, pos + 1, first.nonfinite), None if greedy else keys[1:],
+      length=gamma - 1)
+  x = jnp.concatenate([first.x[:, None], xs.T], axis=1)  # [B, G]
+  q = None if greedy else jnp.concatenate([first.q[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
+  return Drafted(x, q, cache, bad, all_rows)
+
+
+def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
+                        cfg: LoopConfig) -> Drafted:
+  """Steps 2..G of `draft_block` with a confidence threshold, in a while loop that ends
+  once no row drafts on."""
+  greedy, gamma, batch = cfg.sampling.greedy, cfg.gamma, pos.shape[0]
+  x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(first.x)
+  q = None if greedy else jnp.zeros((batch, gamma) + first.q.shape[1:]).at[:, 0].set(first.q)
+  sure = first.confidence >= cfg.draft_threshold  # [B]: still drafting
+  drafted = jnp.ones((batch,), jnp.int32)
+
+  def cond(c):
+    return (c[0] < gamma) & jnp.any(c[6])
+
+  def body(c):
+    i, cache, token, bad, x, q, sure, drafted = c
+    d = draft_step(draft, cache, token, pos + i, None if greedy else keys[i], params, cfg)
+    x = x.at[:, i].set(d.x)
+    q = None if greedy else q.at[:, i].set(d.q)
+    sure = sure & (d.confidence >= cfg.draft_threshold)
+    return (i + 1, d.cache, d.x, bad | d.nonfinite, x, q, sure, drafted + sure)
+
+  carry = (jnp.int32(1), first.cache, first.x, first.nonfinite, x, q, sure, drafted)
+  _, cache, _, bad, x, q, _, drafted = jax.lax.while_loop(cond, body, carry)
+  return Drafted(x, q, cache, bad, drafted)
 
 
 def verify(target: Bound, cache, last: jax.Array, x: jax.Array, pos: jax.Array):
@@ -105,33 +178,43 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   else:
     split = split_keys(state.keys, g + 2)  # [G+2, B, ...]
     keys, draft_keys, accept_keys = split[0], split[1:g + 1], split[g + 1]
-  x, q, draft_cache = draft_block(draft, state.draft_cache, state.seq, state.pos, draft_keys,
-                                  state.sampling, cfg)
+  d = draft_block(draft, state.draft_cache, state.seq, state.pos, draft_keys, state.sampling,
+                  cfg)
+  x, drafted = d.x, d.confidence  # [B, G], [B]: each row's own count of proposals
   logits, target_cache = verify(target, state.target_cache, gather_rows(state.seq, state.pos),
                                 x, state.pos)  # [B, G+1, V]
   if cfg.sampling.greedy:
-    result = acceptance.accept_greedy(sampling.argmax(logits), x)
+    result = acceptance.accept_greedy(sampling.argmax(logits), x, drafted)
   else:
     p = sampling.warp(logits, state.sampling, cfg.sampling)  # [B, G+1, V]
-    result = acceptance.accept(p, q, x, accept_keys)
+    if cfg.verification == 'block':
+      result = acceptance.accept_block(p, d.q, x, accept_keys, drafted)
+    else:
+      result = acceptance.accept(p, d.q, x, accept_keys, cfg.lenience, drafted)
   block = jnp.concatenate([x, x[:, :1]], axis=1)  # [B, G+1]
   block = jnp.where(jnp.arange(g + 1)[None] == result.n[:, None], result.y[:, None], block)
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)
+  committed = pos - state.pos  # [B] tokens this call added to the output (0 if inactive)
+  in_output = jnp.minimum(result.n, committed)  # accepted drafts that are in the output
   # beta counts where the target checked a draft token on the output's own prefix: up to the
   # first rejection, and not past the output's end (after EOS or max_decode_len nothing is
   # generated, so a mismatch there says nothing about alpha).
-  verified = jnp.arange(g)[None] < jnp.minimum(result.n + 1, pos - state.pos)[:, None]
+  verified = jnp.arange(g)[None] < jnp.minimum(jnp.minimum(result.n + 1, committed),
+                                                drafted)[:, None]
   a = active.astype(jnp.int32)
   s = state.stats
   stats = DecodeStats(
       target_calls=s.target_calls + a,
-      drafted=s.drafted + a * g,
-      accepted=s.accepted + a * result.n,
-      accepted_per_position=s.accepted_per_position + a[:, None] * result.accepted,
+      drafted=s.drafted + a * drafted,
+      accepted=s.accepted + in_output,
+      accepted_per_position=s.accepted_per_position + (jnp.arange(g)[None] <
+                                                       in_output[:, None]),
+      generated=s.generated + committed,
       beta_sum=s.beta_sum + jnp.where(active, jnp.sum(result.beta * verified, axis=1), 0.0),
-      beta_count=s.beta_count + a * jnp.sum(verified, axis=1))
+      beta_count=s.beta_count + a * jnp.sum(verified, axis=1),
+      nonfinite=s.nonfinite + (active & (d.nonfinite | nonfinite(logits))))
   return state.replace(seq=seq, pos=pos, length=length, done=done, keys=keys, stats=stats,
-                       target_cache=target_cache, draft_cache=draft_cache,
+                       target_cache=target_cache, draft_cache=d.cache,
                        step=state.step + 1)
 
 
@@ -142,12 +225,13 @@ def autoregressive_step(target: Bound, cfg: LoopConfig, state: DecodeState) -> D
     keys, draw_keys = state.keys, None
   else:
     keys, draw_keys = split_keys(state.keys, 2)
-  y, _, target_cache = draft_step(target, state.target_cache, last, state.pos, draw_keys,
-                                  state.sampling, cfg)
-  seq, pos, length, done, active = commit(state, y[:, None], jnp.ones_like(y), cfg)
-  stats = state.stats.replace(target_calls=state.stats.target_calls + active.astype(jnp.int32))
+  d = draft_step(target, state.target_cache, last, state.pos, draw_keys, state.sampling, cfg)
+  seq, pos, length, done, active = commit(state, d.x[:, None], jnp.ones_like(d.x), cfg)
+  s = state.stats
+  stats = s.replace(target_calls=s.target_calls + active, generated=s.generated + active,
+                    nonfinite=s.nonfinite + (active & d.nonfinite))
   return state.replace(seq=seq, pos=pos, length=length, done=done, keys=keys, stats=stats,
-                       target_cache=target_cache, step=state.step + 1)
+                       target_cache=d.cache, step=state.step + 1)
 
 
 def step(target: Bound, draft: Optional[Bound], cfg: LoopConfig,

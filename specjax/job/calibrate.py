@@ -1,6 +1,7 @@
 """`--gamma auto`: measure c, v(K) and alpha where the decode will run, then pick gamma."""
 from __future__ import annotations
 
+import time
 from typing import Optional, Tuple
 
 import jax
@@ -21,42 +22,75 @@ def _on_mesh(target, tp, draft, dp, inputs, mesh, rules):
   return tp, dp, inputs
 
 
+def _tokens_per_second(decode, passes: int) -> float:
+  """Output tokens per second of decode(), compiled first, the fastest of `passes` runs."""
+  out = jax.block_until_ready(decode())
+  best = float('inf')
+  for _ in range(max(passes, 1)):
+    start = time.perf_counter()
+    out = jax.block_until_ready(decode())
+    best = min(best, time.perf_counter() - start)
+  return int(np.asarray(out.lengths).sum()) / max(best, 1e-9)
+
+
 def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
                  max_decode_len: int, max_gamma: int = 8, probe_gamma: int = 4,
-                 mesh=None, rules: Optional[axis_rules.Rules] = None
+                 mesh=None, rules: Optional[axis_rules.Rules] = None, probe=None,
+                 slots: Optional[int] = None, passes: int = 2, **rule
                  ) -> Tuple[int, str, dict]:
-  """Measures c, v(K) and alpha on one batch, on the mesh the decode will use, and
-  maximises the predicted speedup.
+  """Picks gamma where the decode will run, or 0 (the target alone) when no gamma wins.
+
+  Measures c and v(K) on one batch at the run's batch size, alpha with a probe decode,
+  takes the gamma the paper's formula predicts fastest, then times that gamma's decode
+  and the target alone's on the probe inputs: when speculation measures slower (as it can
+  at larger batches on compute-bound hardware, where the verify call is not free), the
+  answer is 0, so that `--gamma auto` is never slower than the target alone.
 
   Args:
     target, tp, draft, dp: the pair and their params.
     inputs: [B, S] int32, one batch of the run's inputs.
     sampling: the run's sampling setting (alpha depends on it).
-    max_decode_len: L of the probe decode.
+    max_decode_len: L of the probe decodes.
     max_gamma: gammas 1..max_gamma are considered.
     probe_gamma: gamma of the probe decode that measures alpha.
     mesh, rules: the run's mesh (None: one device).
+    probe: [U, S] the inputs the decodes are timed on (default `inputs`).
+    slots: decode the probe through this many refilling rows, as the run does.
+    passes: timed passes of each decode (each keeps its fastest).
+    **rule: verification, draft_threshold, lenience, as the run.
 
   Returns:
-    (gamma, reason, costs): the chosen gamma, a one-line explanation with the measured
-    numbers, and the measured costs (with 'alpha' and the 'devices' the calls ran on).
+    (gamma, reason, costs): the chosen gamma (0: the target alone), a one-line explanation
+    with the measured numbers, and the measurements (c, v, 'alpha', 'predicted_best',
+    'predicted_speedup', 'measured_speedup', the 'devices' the calls ran on).
   """
   rules = axis_rules.STANDARD_RULES if rules is None else rules
+  probe = np.asarray(inputs if probe is None else probe)
   if mesh is not None:
     tp, dp, inputs = _on_mesh(target, tp, draft, dp, inputs, mesh, rules)
   costs = timing.step_costs(target, tp, draft, dp, inputs, max_gamma + 1, rounds=1,
                             repeats=16, trials=1)
-  probe = api.speculative_decode(target, tp, draft, dp, np.asarray(inputs), gamma=probe_gamma,
-                                 max_decode_len=max_decode_len, sampling=sampling, mesh=mesh,
-                                 rules=rules)
-  s = jax.tree.map(np.asarray, probe.stats)
+  kw = dict(max_decode_len=max_decode_len, sampling=sampling, mesh=mesh, rules=rules,
+            slots=slots)
+  first = api.speculative_decode(target, tp, draft, dp, probe, gamma=probe_gamma, **kw, **rule)
+  s = jax.tree.map(np.asarray, first.stats)
   alpha = float(min(1.0, s.beta_sum.sum() / max(s.beta_count.sum(), 1)))
   v = costs['v']
-  gamma = theory.best_gamma(alpha, costs['c'], lambda k: v[k], range(1, max_gamma + 1))
-  predicted = theory.speedup(alpha, gamma, costs['c'], v[gamma + 1])
+  best = theory.best_gamma(alpha, costs['c'], lambda k: v[k], range(1, max_gamma + 1))
+  predicted = theory.speedup(alpha, best, costs['c'], v[best + 1])
+  spec = _tokens_per_second(lambda: api.speculative_decode(
+      target, tp, draft, dp, probe, gamma=best, **kw, **rule), passes)
+  alone = _tokens_per_second(lambda: api.autoregressive_decode(target, tp, probe, **kw),
+                             passes)
+  measured = spec / alone
+  gamma = best if measured >= 1.0 else 0
   where = (f'{costs["devices"]} devices (mesh data={mesh.shape["data"]},'
            f'model={mesh.shape["model"]})' if mesh is not None else '1 device')
-  reason = (f'calibrated on {where}: alpha {alpha:.3f}, draft cost c {costs["c"]:.3f}, '
-            f'verify cost v({gamma + 1}) {v[gamma + 1]:.2f}: gamma {gamma} maximises the '
-            f'predicted speedup ({predicted:.2f}x) over 1..{max_gamma}')
-  return gamma, reason, {**costs, 'alpha': alpha}
+  found = (f'calibrated on {where}: alpha {alpha:.3f}, draft cost c {costs["c"]:.3f}, '
+           f'verify cost v({best + 1}) {v[best + 1]:.2f}: gamma {best} maximises the '
+           f'predicted speedup ({predicted:.2f}x) over 1..{max_gamma}, and measures '
+           f'{measured:.2f}x on {len(probe)} inputs')
+  reason = found if gamma else (f'{found}; slower than the target alone, so gamma 0: the '
+                                'target alone decodes')
+  return gamma, reason, {**costs, 'alpha': alpha, 'predicted_best': best,
+                         'predicted_speedup': predicted, 'measured_speedup': measured}

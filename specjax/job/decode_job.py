@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import numpy as np
@@ -17,8 +17,12 @@ from specjax.checkpoints.registry import DEMO_PREFIX
 from specjax.core import api
 from specjax.core.sampling import SamplingConfig
 from specjax.job import calibrate
-from specjax.job.inputs import batches, pad_to_bucket, read_inputs, tokenize
+from specjax.job.fingerprint import run_fingerprint
+from specjax.job.inputs import batches, pad_to_bucket, tokenize
+from specjax.job.output import JsonlOutput
 from specjax.job.pair import job_mesh, job_rules, load_pair
+from specjax.job.reader import read_inputs
+from specjax.job.totals import Totals, nonfinite_error
 from specjax.parallel import rules as axis_rules
 
 # With refill, one decode call streams up to this many batches' worth of inputs.
@@ -36,6 +40,8 @@ class DecodeJob:
   vocab: Optional[str] = None
   draft_vocab: Optional[str] = None
   input: Optional[str] = None
+  input_format: str = 'auto'  # or 'text', 'jsonl' (specjax.job.reader.INPUT_FORMATS)
+  errors: str = 'strict'  # or 'replace': non-UTF-8 input bytes
   output: Optional[str] = None
   prefix: Optional[str] = None
   gamma: object = 4  # an int >= 1, or 'auto'
@@ -64,32 +70,45 @@ def _timed(fn):
   return out, time.perf_counter() - start
 
 
-def run(job: DecodeJob, on_record=None) -> dict:
+def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
+        output: Optional[JsonlOutput] = None) -> dict:
   """Decodes every input speculatively (and with the target alone, to compare).
 
   Args:
     job: the run's settings.
-    on_record: called with each output record as soon as its batch is done.
+    on_record: called with each output record, in input order, as soon as its batch is
+      done (after it is written to `output`).
+    output: the resumable `--output` file: inputs it already holds are skipped.
 
   Returns:
-    The summary dict: gamma, alpha, tokens_per_call, target_calls, tokens_per_second,
-    speedup, identical_to_target, num_examples and more.
+    The summary dict: gamma, alpha, acceptance_rate, tokens_per_call (generated tokens per
+    per-row target call), target_calls (per row, summed), batched_target_calls (model
+    calls, each serving a batch), generated_tokens, tokens_per_second, speedup,
+    identical_to_target, num_examples, resumed (inputs already in the output) and more.
+
+  Raises:
+    ValueError: a bad setting, a bad input, or logits that were not finite (the line and
+      the likely cause named; the records before its batch are kept).
   """
   if job.batch_size < 1:
     raise ValueError(f'--batch-size must be >= 1, got {job.batch_size}')
   if job.max_input_len < 1:
     raise ValueError(f'--max-input-len must be >= 1, got {job.max_input_len}')
+  if job.gamma != 'auto' and (not isinstance(job.gamma, int) or job.gamma < 1):
+    raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), got '
+                     f'{job.gamma!r}; or --gamma auto, which may pick 0 (the target alone)')
   sampling = SamplingConfig(job.temperature, job.top_k, job.top_p)
   mesh = job_mesh(job)
   if mesh is not None:
     axis_rules.check_batch(job.batch_size, mesh)  # before loading anything big
-  target, tp, draft, dp, vocab = load_pair(job, mesh)
-  sampling.validate(target.vocab_size)
   prefix = job.prefix if job.prefix is not None else (
       DEMO_PREFIX if job.target.startswith('demo_') else '')
-  examples = read_inputs(job.input, prefix)
-  inputs = tokenize(vocab, [e['inputs'] for e in examples], job.max_input_len,
-                    job.truncate_inputs)  # [N, S]
+  # Inputs first: a bad input file fails at once, not after minutes of loading weights.
+  examples, input_sha256 = read_inputs(job.input, prefix, job.input_format, job.errors)
+  target, tp, draft, dp, vocab = load_pair(job, mesh)
+  sampling.validate(target.vocab_size)
+  inputs, truncated = tokenize(vocab, [e['inputs'] for e in examples], job.max_input_len,
+                               job.truncate_inputs, [e['input_line'] for e in examples])
   refill = job.refill
   # A unit is one decode call: a batch of B rows, or with refill a stream of up to
   # REFILL_BATCHES * B inputs through B rows (inputs padded to a fixed count: one
@@ -102,13 +121,22 @@ def run(job: DecodeJob, on_record=None) -> dict:
     pad[:, 0] = vocab.eos_id
     return pad_to_bucket(np.concatenate([rows, pad]), job.pad_inputs)
 
-  warm = padded(inputs[:unit])
-  gamma_reason = None
+  gamma_reason = calibration = None
   if job.gamma == 'auto':
     job = dataclasses.replace(job)
-    job.gamma, gamma_reason, _ = calibrate.choose_gamma(
+    warm = padded(inputs[:unit])
+    job.gamma, gamma_reason, costs = calibrate.choose_gamma(
         target, tp, draft, dp, warm[:job.batch_size], sampling, job.max_decode_len,
-        mesh=mesh, rules=job_rules(job))
+        mesh=mesh, rules=job_rules(job), probe=warm, slots=job.batch_size if refill else None)
+    calibration = {'alpha': costs['alpha'], 'c': costs['c'],
+                   'v': {str(k): x for k, x in costs['v'].items()},
+                   'predicted_best': costs['predicted_best'],
+                   'predicted_speedup': costs['predicted_speedup'],
+                   'measured_speedup': costs['measured_speedup']}
+  skip = 0
+  if output is not None:
+    skip = output.begin(run_fingerprint(job, target, tp, draft, dp, input_sha256, prefix,
+                                        vocab), len(examples))
   spec, base = _decoders(job, target, tp, draft, dp, sampling, mesh, refill)
   ids = lambda start: np.arange(start, start + unit, dtype=np.int32)  # inputs' run indices
   compile_seconds = {}  # width -> seconds of the first (compiling) speculative call
@@ -119,64 +147,45 @@ def run(job: DecodeJob, on_record=None) -> dict:
       if job.compare:
         _timed(lambda: base(x, len(x), ids(0)))
 
-  compile_once(warm)
-
-  totals = dict(spec_seconds=0.0, base_seconds=0.0, tokens=0, base_tokens=0, calls=0,
-                accepted=0, drafted=0, beta_sum=0.0, beta_count=0)
-  identical = True
-  progress = _progress(len(examples), job.progress)
-  for rows in batches(len(examples), unit):
+  totals, identical = Totals(), True
+  progress = _progress(len(examples), skip, job.progress)
+  for rows in batches(len(examples) - skip, unit):
+    rows = slice(rows.start + skip, rows.stop + skip)
     x = padded(inputs[rows])
     compile_once(x)
     real = rows.stop - rows.start
     out, seconds = _timed(lambda: spec(x, real, ids(rows.start)))
-    totals['spec_seconds'] += seconds
     s = jax.tree.map(lambda a: np.asarray(a)[:real], out.stats)
-    tokens, lengths = np.asarray(out.tokens)[:real], np.asarray(out.lengths)[:real]
-    totals['tokens'] += int(lengths.sum())
-    totals['calls'] += int(s.target_calls.sum())
-    totals['accepted'] += int(s.accepted.sum())
-    totals['drafted'] += int(s.drafted.sum())
-    totals['beta_sum'] += float(s.beta_sum.sum())
-    totals['beta_count'] += int(s.beta_count.sum())
+    error = nonfinite_error(s, examples, rows.start)
+    if error:
+      raise ValueError(error)
+    totals.add(s, out.iterations, seconds)
+    tokens = np.asarray(out.tokens)[:real]
     if job.compare:
       ref, base_seconds = _timed(lambda: base(x, real, ids(rows.start)))
-      totals['base_seconds'] += base_seconds
-      totals['base_tokens'] += int(np.asarray(ref.lengths)[:real].sum())
+      totals.add_baseline(np.asarray(ref.lengths)[:real], base_seconds)
       if sampling.greedy:
         identical &= bool(np.array_equal(np.asarray(ref.tokens)[:real], tokens))
     for i, example in enumerate(examples[rows]):
-      record = dict(example)
-      record.update(prediction=vocab.decode(tokens[i]), num_tokens=int(lengths[i]),
+      record = dict(example, truncated=True) if truncated[rows][i] else dict(example)
+      record.update(prediction=vocab.decode(tokens[i]), num_tokens=int(s.generated[i]),
                     target_calls=int(s.target_calls[i]), accepted=int(s.accepted[i]),
                     drafted=int(s.drafted[i]))
+      if output is not None:
+        output.write(record)
       if on_record:
         on_record(record)
     progress.update(real)
   progress.close()
-
-  t = totals
-  summary = dict(
+  return dict(
       target=job.target, draft=job.draft, gamma=job.gamma, temperature=job.temperature,
-      top_k=job.top_k, top_p=job.top_p, batch_size=job.batch_size, num_examples=len(examples),
-      alpha=t['beta_sum'] / max(t['beta_count'], 1),
-      acceptance_rate=t['accepted'] / max(t['drafted'], 1),
-      tokens_per_call=(t['accepted'] + t['calls']) / max(t['calls'], 1),
-      target_calls=t['calls'], generated_tokens=t['tokens'],
-      tokens_per_second=t['tokens'] / max(t['spec_seconds'], 1e-9),
-      seconds=t['spec_seconds'], compile_seconds=sum(compile_seconds.values()),
-      input_widths=sorted(compile_seconds),
-      baseline_tokens=t['base_tokens'] if job.compare else None,
-      baseline_tokens_per_second=(t['base_tokens'] / t['base_seconds']
-                                  if job.compare else None),
-      # A ratio of tokens per second: sampled outputs of the two decodes differ in length.
-      speedup=(t['tokens'] * t['base_seconds'] / max(t['base_tokens'] * t['spec_seconds'],
-                                                      1e-12) if job.compare else None),
-      identical_to_target=(identical if job.compare and sampling.greedy else None),
-      gamma_reason=gamma_reason,
-      backend=jax.default_backend(), devices=jax.device_count(),
+      top_k=job.top_k, top_p=job.top_p, batch_size=job.batch_size,
+      num_examples=len(examples), resumed=skip, **totals.summary(job.compare),
+      compile_seconds=sum(compile_seconds.values()), input_widths=sorted(compile_seconds),
+      identical_to_target=(identical if job.compare and sampling.greedy and totals.decoded
+                           else None),
+      gamma_reason=gamma_reason, gamma_calibration=calibration, backend=jax.default_backend(), devices=jax.device_count(),
       mesh=dict(mesh.shape) if mesh is not None else None)
-  return summary
 
 
 def _decoders(job: DecodeJob, target, tp, draft, dp, sampling, mesh, refill: bool):
@@ -186,14 +195,17 @@ def _decoders(job: DecodeJob, target, tp, draft, dp, sampling, mesh, refill: boo
   kw = dict(max_decode_len=job.max_decode_len, sampling=sampling,
             rng=jax.random.PRNGKey(job.seed), slots=job.batch_size if refill else None,
             mesh=mesh, rules=job_rules(job) if mesh is not None else None)
+  alone = lambda x, num, ids: api.autoregressive_decode(target, tp, x, num_inputs=num,
+                                                        row_ids=ids, **kw)
+  if job.gamma == 0:  # --gamma auto found the target alone faster
+    return alone, alone
   return (lambda x, num, ids: api.speculative_decode(target, tp, draft, dp, x,
                                                      gamma=job.gamma, num_inputs=num,
                                                      row_ids=ids, **kw),
-          lambda x, num, ids: api.autoregressive_decode(target, tp, x, num_inputs=num,
-                                                        row_ids=ids, **kw))
+          alone)
 
 
-def _progress(total: int, enabled: bool):
+def _progress(total: int, done: int, enabled: bool):
   from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-  return tqdm(total=total, unit='ex', desc='decoding', disable=not enabled, file=sys.stderr,
-              leave=False)
+  return tqdm(total=total, initial=done, unit='ex', desc='decoding', disable=not enabled,
+              file=sys.stderr, leave=False)

@@ -4,14 +4,9 @@ Shape letters: N examples, B batch, S encoder length (--max-input-len), W a batc
 """
 from __future__ import annotations
 
-import json
-import os
-import sys
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Tuple
 
 import numpy as np
-
-from specjax.checkpoints.registry import DEMO_SAMPLES
 
 # --pad-inputs: 'bucket' pads each batch to a power of two that fits its longest input (a
 # few compiled shapes, encoders sized to the text); 'max' pads every batch to S (T5X's
@@ -20,49 +15,35 @@ PAD_MODES = ('bucket', 'max')
 SMALLEST_BUCKET = 8
 
 
-def read_inputs(path: Optional[str], prefix: str) -> List[dict]:
-  """Reads plain lines or JSONL with an "inputs" field (file or '-' for stdin).
+def tokenize(vocab, texts: Sequence[str], max_len: int, truncate: bool,
+             lines: Optional[Sequence[int]] = None) -> Tuple[np.ndarray, np.ndarray]:
+  """Texts -> [N, S] int32 with EOS, right-padded with the vocabulary's pad id.
+
+  Args:
+    vocab: the vocabulary (encode, eos_id, pad_id).
+    texts: N texts.
+    max_len: S, the encoder length.
+    truncate: cut texts longer than S (EOS kept) instead of refusing them.
+    lines: each text's input line, named in the error (default 1..N).
 
   Returns:
-    One dict per example: {"inputs": text (prefix added if missing), and any other fields}.
+    (ids [N, S] int32, truncated [N] bool).
+
+  Raises:
+    ValueError: a text longer than S without `truncate` (its line and the fix named).
   """
-  path = path or DEMO_SAMPLES
-  if path != '-' and not os.path.exists(path):
-    raise FileNotFoundError(f'input file {path} does not exist; pass --input FILE (or - for '
-                            'stdin)')
-  stream = sys.stdin if path == '-' else open(path, encoding='utf-8')
-  examples = []
-  with stream:
-    for number, line in enumerate(stream, 1):
-      line = line.rstrip('\n')
-      if not line.strip():
-        continue
-      if line.lstrip().startswith('{'):
-        record = json.loads(line)
-        if 'inputs' not in record:
-          raise ValueError(f'{path}:{number}: a JSON line needs an "inputs" field')
-      else:
-        record = {'inputs': line}
-      if prefix and not record['inputs'].startswith(prefix):
-        record['inputs'] = prefix + record['inputs']
-      examples.append(record)
-  if not examples:
-    raise ValueError(f'input {path} has no examples; pass --input with one text per line')
-  return examples
-
-
-def tokenize(vocab, texts: Sequence[str], max_len: int, truncate: bool) -> np.ndarray:
-  """Texts -> [N, S] int32 with EOS, right-padded; refuses over-long texts unless truncating."""
-  rows = np.zeros((len(texts), max_len), np.int32)
+  rows = np.full((len(texts), max_len), getattr(vocab, 'pad_id', 0), np.int32)
+  truncated = np.zeros((len(texts),), bool)
   for i, text in enumerate(texts):
     ids = vocab.encode(text)
     if len(ids) + 1 > max_len:
       if not truncate:
-        raise ValueError(f'input {i + 1} has {len(ids) + 1} tokens with EOS, more than '
+        line = lines[i] if lines is not None else i + 1
+        raise ValueError(f'input line {line} has {len(ids) + 1} tokens with EOS, more than '
                          f'--max-input-len {max_len}; raise it or pass --truncate-inputs')
-      ids = ids[:max_len - 1]
+      ids, truncated[i] = ids[:max_len - 1], True
     rows[i, :len(ids) + 1] = ids + [vocab.eos_id]
-  return rows
+  return rows, truncated
 
 
 def batches(num: int, size: int) -> Iterator[slice]:

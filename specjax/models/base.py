@@ -80,9 +80,12 @@ def encoder_decoder_prompt(inputs: jax.Array, start_id: int = 0) -> Tuple[jax.Ar
 
 
 def decoder_only_prompt(inputs: jax.Array, pad_id: int = 0) -> Tuple[jax.Array, jax.Array]:
-  """Prompt of a decoder-only model: inputs [B, P] themselves, lengths [B] >= 1."""
-  lengths = jnp.sum(inputs != pad_id, axis=1).astype(jnp.int32)
-  return inputs.astype(jnp.int32), jnp.maximum(lengths, 1)
+  """Prompt of a decoder-only model: the right-padded inputs [B, P] themselves, and each
+  row's length [B] >= 1: up to its last id that is not `pad_id` (a pad id inside a prompt
+  is a token like any other; only trailing ones are padding)."""
+  real = inputs != pad_id  # [B, P]
+  last = jnp.max(jnp.where(real, jnp.arange(inputs.shape[1])[None], -1), axis=1)
+  return inputs.astype(jnp.int32), jnp.maximum(last + 1, 1).astype(jnp.int32)
 
 
 def causal_mask(positions: jax.Array, num_tokens: int, max_len: int) -> jax.Array:

@@ -166,14 +166,14 @@ class T5:
 
     Args:
       params: from `init` or a checkpoint.
-      inputs: [B, S] int32 tokens, right-padded with 0 (padding is masked).
+      inputs: [B, S] int32 tokens, right-padded with the pad id 0 (padding is masked).
       dropout: training only (see `logits`).
 
     Returns:
       {'mask': [B, S] bool, 'cross': {'layers_{i}': {'k', 'v': [B, N, H, S]}}}.
     """
     cfg, enc = self.config, params['encoder']
-    mask = inputs != 0  # [B, S]
+    mask = inputs != self.pad_id  # [B, S]
     key_mask = mask[:, None, :]  # [B, 1, S]: padding keys hidden from every query
     bias = layers.encoder_position_bias(
         enc['relpos_bias']['rel_embedding'], inputs.shape[1],

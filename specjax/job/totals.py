@@ -1,0 +1,78 @@
+"""The counters of a decode run and the summary `python -m specjax.decode` prints.
+
+Every count is of the outputs actually produced (`DecodeStats`): tokens per target call is
+generated tokens / per-row target calls, and the batched target calls (one model call
+serves every row of a batch) are reported beside the per-row ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Totals:
+  """Sums over the decoded inputs (speculative, and the target alone when compared)."""
+
+  seconds: float = 0.0
+  tokens: int = 0
+  row_calls: int = 0
+  batched_calls: int = 0
+  accepted: int = 0
+  drafted: int = 0
+  beta_sum: float = 0.0
+  beta_count: int = 0
+  base_seconds: float = 0.0
+  base_tokens: int = 0
+  decoded: int = 0
+
+  def add(self, stats, iterations, seconds: float) -> None:
+    """Adds one decode call: stats of its real rows (numpy), its loop iterations."""
+    self.seconds += seconds
+    self.tokens += int(stats.generated.sum())
+    self.row_calls += int(stats.target_calls.sum())
+    self.batched_calls += int(iterations)
+    self.accepted += int(stats.accepted.sum())
+    self.drafted += int(stats.drafted.sum())
+    self.beta_sum += float(stats.beta_sum.sum())
+    self.beta_count += int(stats.beta_count.sum())
+    self.decoded += len(stats.generated)
+
+  def add_baseline(self, lengths, seconds: float) -> None:
+    """Adds the target alone's decode of the same rows."""
+    self.base_seconds += seconds
+    self.base_tokens += int(np.sum(lengths))
+
+  def summary(self, compare: bool) -> dict:
+    """The measured part of the run's summary (see `decode_job.run`)."""
+    speedup = None
+    if compare and self.base_seconds > 0:
+      # A ratio of tokens per second: sampled outputs of the two decodes differ in length.
+      speedup = (self.tokens * self.base_seconds
+                 / max(self.base_tokens * self.seconds, 1e-12))
+    return dict(
+        alpha=self.beta_sum / max(self.beta_count, 1),
+        acceptance_rate=self.accepted / max(self.beta_count, 1),
+        tokens_per_call=self.tokens / max(self.row_calls, 1),
+        target_calls=self.row_calls, batched_target_calls=self.batched_calls,
+        generated_tokens=self.tokens,
+        tokens_per_second=self.tokens / max(self.seconds, 1e-9), seconds=self.seconds,
+        baseline_tokens=self.base_tokens if compare else None,
+        baseline_tokens_per_second=(self.base_tokens / self.base_seconds
+                                    if compare and self.base_seconds > 0 else None),
+        speedup=speedup, decoded=self.decoded)
+
+
+def nonfinite_error(stats, examples, first_index: int) -> Optional[str]:
+  """The one-line error for the first row whose logits were not finite, or None."""
+  bad = np.flatnonzero(np.asarray(stats.nonfinite) > 0)
+  if not len(bad):
+    return None
+  example = examples[first_index + int(bad[0])]
+  line = example.get('input_line', first_index + int(bad[0]) + 1)
+  return (f'input line {line}: the model\'s logits were NaN or infinite in '
+          f'{int(stats.nonfinite[bad[0]])} of its calls, so its output would not be the '
+          'model\'s; likely a float overflow (T5 1.1 in bfloat16 or float16: pass --dtype '
+          'float32) or corrupt weights (check the checkpoint)')

@@ -1,0 +1,173 @@
+"""The catalogue of docs/reliability.md: bad inputs given to `python -m specjax.decode`, and
+what each gets. `python tests/reliability_cases.py` runs every case and writes the doc;
+tests/test_reliability_doc.py runs them again and checks the doc says what they do.
+"""
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import pathlib
+import sys
+import tempfile
+from typing import Callable, List, Optional
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOC = ROOT / 'docs' / 'reliability.md'
+# Quick settings for every decoding case: short outputs, no target-alone comparison.
+QUICK = ['--max-decode-len', '6', '--batch-size', '2', '--no-compare', '--quiet', '--json']
+
+
+@dataclasses.dataclass
+class Case:
+  """One bad input: the file given as --input (bytes), extra flags, optional set-up."""
+
+  name: str
+  data: Optional[bytes]
+  flags: List[str] = dataclasses.field(default_factory=list)
+  setup: Optional[Callable[[pathlib.Path], List[str]]] = None  # returns more flags
+  stdin: bool = False
+
+
+def _nan_checkpoint(tmp: pathlib.Path) -> List[str]:
+  """The demo target with one token's embedding NaN: corrupt weights that only inputs
+  holding that token meet (' Drucker'... any token of line 2 and of no other line)."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from specjax import checkpoints  # pylint: disable=import-outside-toplevel
+  from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, DEMO_VOCAB  # pylint: disable=import-outside-toplevel
+  vocab = checkpoints.load_vocab(DEMO_VOCAB)
+  token = vocab.encode('printer')[-1]
+  model, params = checkpoints.load_model('demo_target', DEFAULT_CHECKPOINTS['demo_target'])
+  emb = params['token_embedder']['embedding']
+  params['token_embedder']['embedding'] = emb.at[token].set(jnp.nan)
+  path = checkpoints.save_params(tmp / 'nan_target', params, model.config)
+  return ['--target-checkpoint', str(path)]
+
+
+def _stale_output(tmp: pathlib.Path) -> List[str]:
+  """An output file left by a run with another seed (and its fingerprint beside it)."""
+  out = tmp / 'out.jsonl'
+  assert run(QUICK + ['--input', str(tmp / 'in.txt'), '--output', str(out),
+                      '--temperature', '1', '--seed', '1'])[0] == 0
+  return ['--output', str(out), '--temperature', '1', '--seed', '2']
+
+
+def _foreign_output(tmp: pathlib.Path) -> List[str]:
+  out = tmp / 'notes.jsonl'
+  out.write_text('{"my": "notes"}\n')
+  return ['--output', str(out)]
+
+
+CASES = [
+    Case('a text line that starts with "{"', b'{0} not found\nOpen the file\n'),
+    Case('JSONL: every line a JSON object with "inputs"; other fields are carried through',
+         b'{"inputs": "Open the file", "id": 7}\n{"inputs": "Print the page", "id": 8}\n'),
+    Case('JSON-looking lines mixed with text: every line is a text',
+         b'{"inputs": "Open the file"}\nPrint the page\n'),
+    Case('--input-format jsonl with a line that is not JSON',
+         b'{"inputs": "Open the file"}\nPrint the page\n', ['--input-format', 'jsonl']),
+    Case('bytes that are not UTF-8', b'Open the file\nPrint \xff page\n'),
+    Case('bytes that are not UTF-8, --errors replace', b'Open the file\nPrint \xff page\n',
+         ['--errors', 'replace']),
+    Case('empty and blank lines', b'\nOpen the file\n  \n\nPrint the page\n'),
+    Case('a 10,000-character line', b'Open the file\n' + b'a' * 10_000 + b'\n'),
+    Case('a 10,000-character line, --truncate-inputs', b'Open the file\n' + b'a' * 10_000 +
+         b'\n', ['--truncate-inputs']),
+    Case('an empty file', b'\n\n'),
+    Case('a file that does not exist', None, ['--input', '/nonexistent/in.txt']),
+    Case('inputs on standard input (--input -)', b'Open the file\nPrint the page\n',
+         stdin=True),
+    Case('weights that make the logits NaN for one input (line 2)',
+         b'Open the file\nPrint on the printer\nClose the window\n', setup=_nan_checkpoint),
+    Case('an --output written by a run with another seed',
+         b'Open the file\nPrint the page\n', setup=_stale_output),
+    Case('an --output that another program wrote', b'Open the file\n',
+         setup=_foreign_output),
+    Case('--gamma 0', b'Open the file\n', ['--gamma', '0']),
+    Case('--top-p 1.5 with sampling', b'Open the file\n', ['--temperature', '1', '--top-p',
+                                                           '1.5']),
+    Case('--max-decode-len 0', b'Open the file\n', ['--max-decode-len', '0']),
+]
+
+
+def run(args: List[str], stdin: Optional[bytes] = None):
+  """(exit code, stdout, stderr) of `python -m specjax.decode args`, in this process."""
+  from specjax import decode  # pylint: disable=import-outside-toplevel
+  out, err = io.StringIO(), io.StringIO()
+  saved = sys.stdin
+  if stdin is not None:
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin))
+  try:
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      code = decode.main(args)
+  finally:
+    sys.stdin = saved
+  return code, out.getvalue(), err.getvalue()
+
+
+def outcome(case: Case) -> str:
+  """What the case gets, in one line: the error, or the records written."""
+  with tempfile.TemporaryDirectory() as tmp:
+    tmp = pathlib.Path(tmp)
+    src = tmp / 'in.txt'
+    if case.data is not None:
+      src.write_bytes(case.data)
+    flags = list(case.flags) + (case.setup(tmp) if case.setup else [])
+    if '--input' not in flags:
+      flags = ['--input', '-' if case.stdin else str(src)] + flags
+    if '--output' not in flags:
+      flags += ['--output', str(tmp / 'records.jsonl')]
+    code, _, err = run(QUICK + flags, case.data if case.stdin else None)  # flags win
+    if code != 0:
+      line = err.strip().splitlines()[-1]
+      return f'exit {code}: `{line.replace(str(tmp) + os.sep, "")}`'
+    path = pathlib.Path(flags[flags.index('--output') + 1])
+    records = [json.loads(r) for r in path.read_text().splitlines()]
+    shown = [{k: (v[:40] + '...' if isinstance(v, str) and len(v) > 40 else v)
+              for k, v in r.items() if k not in ('prediction', 'target_calls', 'accepted',
+                                                 'drafted', 'num_tokens')} for r in records]
+    return f'exit 0, {len(records)} records: `{json.dumps(shown, ensure_ascii=False)}`'
+
+
+HEADER = """# Reliability
+
+Generated by `python tests/reliability_cases.py`; `tests/test_reliability_doc.py` runs every
+case again and fails if this page no longer says what happens. Each case runs `python -m
+specjax.decode --input FILE --output records.jsonl {quick}` on the bundled demo pair;
+records are shown without their predictions and counts.
+
+## Bad inputs and what each gets
+
+| case | what happens |
+|---|---|
+"""
+
+EXACTNESS = """
+## What exactness is proven by which test
+
+| property | test |
+|---|---|
+| greedy speculative output equals the target's own greedy decode, token for token (Markov, decoder-only transformer, T5; gamma 1, 3, 7; batch 1 and 4; same, unrelated and adversarial drafts) | `tests/test_greedy_exact.py::test_greedy_speculative_equals_target`, `tests/test_t5_speculative.py::test_t5_greedy_speculative_equals_target` |
+| sampled output follows the target's warped distribution (chi-square against exactly enumerated Markov probabilities: T=1, T=0.7 + top-k, top-p) and a deliberately broken rule fails the same test | `tests/test_sampling_exact.py::test_first_three_tokens_follow_target`, `tests/test_sampling_exact.py::test_broken_rule_with_unwarped_q_is_detected` |
+| a vocabulary of 4096 under top-p 0.9 (the tail binned) | `tests/test_sampling_exact.py::test_first_token_over_four_thousand_follows_the_target_under_top_p` |
+| rows of one batch with their own settings (greedy, T=0.7 + top-k, T=1 + top-p): greedy rows exact, sampled rows follow their own targets, new values without recompiling | `tests/test_sampling_exact.py::test_rows_of_one_batch_sample_with_their_own_settings_without_recompiling` |
+| no token outside the warped support in 10^6 draws at V = 32128 (top-p 0.9, top-k 40), for the target alone and for speculative decoding; the old inverse CDF fails the same check | `tests/test_sampler_support.py` |
+| a token of target probability 0 is never accepted, even at r = 0 | `tests/test_sampler_support.py::test_a_token_of_target_probability_zero_is_never_accepted` |
+| top-k and top-p agree with an independent reference (hand-enumerated boundary cases, ties at the k-th value, Hugging Face's warpers) | `tests/test_warp_reference.py` |
+| acceptance and commit invariants for random p, q, drafts, positions, EOS and lengths | `tests/test_properties.py` |
+| the refilled stream, the mesh (1x8, 2x4, 8x1) and refill on a mesh give each input the output of its own unsharded decode, greedy and sampled; an input's sampled output does not depend on batch, refill or mesh | `tests/test_streaming.py`, `tests/multidevice/test_sharding.py` |
+| a killed and resumed run writes the file an uninterrupted run writes | `tests/test_resume.py` |
+| non-finite logits are counted for their row only | `tests/test_bad_inputs.py::test_nonfinite_logits_are_counted_for_their_row_only` |
+| ids outside the vocabulary and rows of padding alone are refused before anything runs | `tests/test_bad_inputs.py` |
+"""
+
+
+def render() -> str:
+  rows = [f'| {case.name} | {outcome(case)} |' for case in CASES]
+  return HEADER.format(quick=' '.join(QUICK)) + '\n'.join(rows) + '\n' + EXACTNESS
+
+
+if __name__ == '__main__':
+  sys.path.insert(0, str(ROOT))
+  DOC.write_text(render())
+  print(f'wrote {DOC}')

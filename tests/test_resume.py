@@ -1,0 +1,96 @@
+"""A long run interrupted (Ctrl-C, then SIGKILL) and resumed writes the file an
+uninterrupted run writes, with no line lost or repeated; another run's file is refused."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from specjax.checkpoints.registry import ASSETS
+
+LINES = 200
+ARGS = ['--no-compare', '--quiet', '--batch-size', '16', '--max-decode-len', '8',
+        '--temperature', '1', '--seed', '3', '--pad-inputs', 'max']
+
+
+@pytest.fixture(scope='module')
+def inputs(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('resume')
+  rows = [json.loads(line) for line in (pathlib.Path(ASSETS) / 'test.jsonl').open()]
+  src = tmp / 'in.txt'
+  src.write_text('\n'.join(r['en'] for r in rows[:LINES]) + '\n')
+  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / 'jax_cache'),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')  # later runs skip compiling
+  return tmp, src, env
+
+
+def _command(src, out, *extra):
+  return [sys.executable, '-m', 'specjax.decode', '--input', str(src), '--output', str(out)
+          ] + ARGS + list(extra)
+
+
+def _lines(path):
+  return path.read_text().count('\n') if path.exists() else 0
+
+
+def _interrupt(cmd, env, out, after: int, sig):
+  """Starts the command and sends `sig` once `out` holds at least `after` lines."""
+  proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  while _lines(out) < after and proc.poll() is None:
+    time.sleep(0.02)
+  proc.send_signal(sig)
+  _, err = proc.communicate(timeout=120)
+  return proc.returncode, err
+
+
+def test_killed_and_resumed_run_writes_the_uninterrupted_file(inputs):
+  tmp, src, env = inputs
+  full, out = tmp / 'full.jsonl', tmp / 'out.jsonl'
+  subprocess.run(_command(src, full), env=env, check=True, capture_output=True, timeout=600)
+  assert _lines(full) == LINES
+  code, err = _interrupt(_command(src, out), env, out, 40, signal.SIGINT)  # Ctrl-C
+  assert code == 130 and 'rerun the same command to resume' in err, err
+  first = _lines(out)
+  assert 40 <= first < LINES
+  code, _ = _interrupt(_command(src, out), env, out, first + 40, signal.SIGKILL)
+  assert code == -signal.SIGKILL
+  second = _lines(out)
+  assert first < second < LINES
+  with out.open('a') as f:  # a line cut short by the kill, as a crash mid-write leaves one
+    f.write('{"inputs": "translate English to German: cut sh')
+  done = subprocess.run(_command(src, out, '--json'), env=env, capture_output=True, text=True,
+                        timeout=600)
+  assert done.returncode == 0, done.stderr
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  assert summary['resumed'] == second and summary['decoded'] == LINES - second
+  assert out.read_text() == full.read_text()  # byte for byte: nothing lost, nothing twice
+  records = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [r['input_line'] for r in records] == list(range(1, LINES + 1))
+
+
+@pytest.mark.parametrize('change, named', [
+    (['--seed', '4'], 'seed and gamma'),
+    (['--target', 'demo_draft'], 'target'),
+    (['--max-decode-len', '9'], 'max_decode_len'),
+])
+def test_a_resume_with_another_setting_or_model_is_refused(inputs, change, named):
+  tmp, src, env = inputs
+  out = tmp / 'small.jsonl'
+  if not out.exists():
+    lines = src.read_text().splitlines()[:3]
+    (tmp / 'small.txt').write_text('\n'.join(lines) + '\n')
+    subprocess.run(_command(tmp / 'small.txt', out), env=env, check=True,
+                   capture_output=True, timeout=600)
+  before = out.read_text()
+  proc = subprocess.run(_command(tmp / 'small.txt', out) + change, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 2
+  error = proc.stderr.strip().splitlines()[-1]
+  assert error.startswith('error: ') and f'another {named}' in error, error
+  assert out.read_text() == before  # the file is left as it was
