@@ -1,0 +1,127 @@
+"""A bigram draft: the next-token distribution after the last token, from a table.
+
+The table keeps the top-k next tokens of every token with their log-probabilities (so that
+V = 32k fits: V x k entries), counted on a corpus by `scripts/build_bigram.py`; a token
+never seen before another gets the table's unigram fallback row. The draft's q is exactly
+that distribution (renormalised over the k tokens), so sampling stays exact. The paper
+reports alpha 0.20 for a bigram draft on WMT EnDe.
+
+Shape letters: B rows, K tokens in this call, V vocab, k kept next tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.models import base
+
+OFF = -1e9  # the logit of a token outside a row's top-k (finite: see copy_draft.OFF)
+
+
+@dataclasses.dataclass(frozen=True)
+class BigramDraft:
+  """Next-token logits from a [V, k] table (params {'next': int32, 'logp': float32}).
+
+  Attributes:
+    vocab_size: V.
+    top_k: k, next tokens kept per token.
+    eos_id, pad_id: the target's.
+  """
+
+  vocab_size: int
+  top_k: int = 8
+  eos_id: int = 1
+  pad_id: int = 0
+
+  def init(self, rng: jax.Array) -> dict:
+    """A uniform table (every row: the first k tokens, equally likely)."""
+    del rng
+    return {'next': jnp.tile(jnp.arange(self.top_k, dtype=jnp.int32), (self.vocab_size, 1)),
+            'logp': jnp.full((self.vocab_size, self.top_k), -np.log(self.top_k), jnp.float32)}
+
+  def param_axes(self) -> dict:
+    return {'next': ('vocab', None), 'logp': ('vocab', None)}
+
+  def encode(self, params, inputs: jax.Array) -> dict:
+    del params, inputs
+    return {}
+
+  def encoded_axes(self) -> dict:
+    return {}
+
+  def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    return base.encoder_decoder_prompt(inputs)
+
+  def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> dict:
+    del batch, max_len, dtype
+    return {}
+
+  def cache_axes(self) -> dict:
+    return {}
+
+  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array):
+    """Logits [B, K, V] after each of tokens [B, K]: the table's row, OFF elsewhere."""
+    del encoded, positions
+    nxt = jnp.take(params['next'], tokens, axis=0)  # [B, K, k]
+    logp = jnp.take(params['logp'], tokens, axis=0).astype(jnp.float32)  # [B, K, k]
+    hit = nxt[..., None] == jnp.arange(self.vocab_size)[None, None, None]  # [B, K, k, V]
+    logits = jnp.max(jnp.where(hit, logp[..., None], OFF), axis=2)  # [B, K, V]
+    return logits, cache
+
+
+def table_from_counts(counts: np.ndarray, top_k: int) -> dict:
+  """The params of a BigramDraft from bigram counts [V, V] (row: previous token).
+
+  Each row keeps its top_k next tokens by count, log of their share among those k (a row
+  with no count gets the unigram's top_k).
+  """
+  counts = np.asarray(counts, np.float64)
+  unigram = counts.sum(0) + 1.0
+  rows = np.where(counts.sum(1, keepdims=True) > 0, counts, unigram[None])
+  nxt = np.argsort(-rows, axis=1, kind='stable')[:, :top_k]
+  kept = np.take_along_axis(rows, nxt, axis=1) + 1e-3  # every kept token possible
+  logp = np.log(kept / kept.sum(1, keepdims=True))
+  return {'next': nxt.astype(np.int32), 'logp': logp.astype(np.float32)}
+
+
+def save_table(path: str, table: dict) -> None:
+  """Writes a table compactly: uint16 ids (V <= 65536), float16 log-probabilities."""
+  if table['next'].max() >= 1 << 16:
+    raise ValueError('a bigram table stores ids as uint16; this vocabulary is too large')
+  np.savez_compressed(path, next=np.asarray(table['next'], np.uint16),
+                      logp=np.asarray(table['logp'], np.float16))
+
+
+def load_table(path: str, vocab_size: Optional[int] = None, eos_id: int = 1, pad_id: int = 0):
+  """(BigramDraft, params) from a table `save_table` wrote.
+
+  Args:
+    path: the .npz file.
+    vocab_size: the target's V, when its logits outnumber the vocabulary's ids (T5 pads
+      them): the rows of the ids no text produces repeat the start token's row.
+    eos_id, pad_id: the target's.
+
+  Raises:
+    FileNotFoundError: no file at `path`.
+    ValueError: the file is not a bigram table.
+  """
+  try:
+    with np.load(path) as f:
+      nxt, logp = f['next'].astype(np.int32), f['logp'].astype(np.float32)
+  except FileNotFoundError:
+    raise FileNotFoundError(f'bigram table {path} does not exist; build one with '
+                            'scripts/build_bigram.py') from None
+  except (KeyError, ValueError, OSError) as e:
+    raise ValueError(f'{path} is not a bigram table ({e}); build one with '
+                     'scripts/build_bigram.py') from None
+  if vocab_size is not None and vocab_size > nxt.shape[0]:
+    extra = vocab_size - nxt.shape[0]
+    nxt = np.concatenate([nxt, np.repeat(nxt[pad_id:pad_id + 1], extra, 0)])
+    logp = np.concatenate([logp, np.repeat(logp[pad_id:pad_id + 1], extra, 0)])
+  draft = BigramDraft(vocab_size=nxt.shape[0], top_k=nxt.shape[1], eos_id=eos_id,
+                      pad_id=pad_id)
+  return draft, {'next': jnp.asarray(nxt), 'logp': jnp.asarray(logp)}
