@@ -267,13 +267,13 @@ class T5:
       x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
       h = layers.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
       x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
-    y = dropout(layers.rms_norm(x, dec['decoder_norm']['scale'])).astype(jnp.float32)
+    y = dropout(layers.rms_norm(x, dec['decoder_norm']['scale']))  # [B, K, D]
     if cfg.logits_via_embedding:
       # Tied (v1.0): scale by 1/sqrt(D) as T5X's embedding.attend path and HF do.
-      logits = jnp.einsum('bkd,vd->bkv', y, params['token_embedder']['embedding'])
+      logits = layers.output_logits(y, params['token_embedder']['embedding'], vocab_axis=0)
       logits = logits / math.sqrt(cfg.emb_dim)
     else:
-      logits = jnp.einsum('bkd,dv->bkv', y, dec['logits_dense']['kernel'])
+      logits = layers.output_logits(y, dec['logits_dense']['kernel'], vocab_axis=1)
     return logits, new_cache
 
   def logits(self, params: PyTree, inputs: jax.Array, decoder_input_tokens: jax.Array,

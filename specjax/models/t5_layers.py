@@ -90,11 +90,45 @@ def rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
   return (x32 * jax.lax.rsqrt(var + LAYER_NORM_EPS) * scale).astype(x.dtype)
 
 
+def dense(x: jax.Array, kernel: jax.Array) -> jax.Array:
+  """x [..., C] times kernel [C, F] -> [..., F] in x's dtype, accumulated in float32.
+
+  The kernel is read as stored, once: it is cast to x's dtype only where the two differ
+  (float32 params with bfloat16 activations: a cast XLA fuses into the product), and
+  the float32 accumulation is the product's own (`preferred_element_type`), so a decode
+  step streams no float32 copy of a bfloat16 weight.
+  """
+  y = jax.lax.dot_general(x, kernel.astype(x.dtype), (((x.ndim - 1,), (0,)), ((), ())),
+                          preferred_element_type=jnp.float32)
+  return y.astype(x.dtype)
+
+
+def output_logits(y: jax.Array, table: jax.Array, vocab_axis: int) -> jax.Array:
+  """y [B, K, D] times the output table -> logits [B, K, V] float32.
+
+  Args:
+    y: [B, K, D] final decoder activations.
+    table: the logits kernel [D, V] (vocab_axis 1) or the tied embedding [V, D] (0).
+    vocab_axis: which axis of `table` is V.
+
+  The product runs in the wider of the two dtypes (bfloat16 activations with bfloat16
+  params: bfloat16 products, as exact as float32 ones of the same values) and accumulates
+  in float32, so the table is streamed as stored instead of as a float32 copy.
+  """
+  dtype = jnp.promote_types(y.dtype, table.dtype)
+  return jax.lax.dot_general(y.astype(dtype), table.astype(dtype),
+                             (((2,), (1 - vocab_axis,)), ((), ())),
+                             preferred_element_type=jnp.float32)
+
+
 def project_heads(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
   """x [B, K, D] times a [D, N*H] kernel -> [B, K, N, H] in x's dtype."""
-  d, nh = kernel.shape
-  kernel = kernel.reshape(d, num_heads, nh // num_heads).astype(x.dtype)
-  return jnp.einsum('bkd,dnh->bknh', x, kernel)
+  b, k, _ = x.shape
+  # One [B*K, D] x [D, N*H] product, the heads split off its output behind a barrier: when
+  # the product's output was [.., N, H] (or fed a reshape to it), TPU's layout assignment
+  # relayouted the kernel on every decode step of K > 1 tokens, tripling its reads.
+  y = jax.lax.optimization_barrier(dense(x, kernel))  # [B, K, N*H]
+  return y.reshape(b, k, num_heads, kernel.shape[1] // num_heads)
 
 
 def project_kv(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
@@ -113,7 +147,7 @@ def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
   b, k, n, h = x.shape
   # One [B, K, N*H] x [N*H, D] product. Contracting N and H as two axes made XLA:CPU
   # relayout the whole kernel on every decode step (2 MB per step for the demo target).
-  return jnp.einsum('bkf,fd->bkd', x.reshape(b, k, n * h), kernel.astype(x.dtype))
+  return dense(x.reshape(b, k, n * h), kernel)
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -146,10 +180,10 @@ def mlp(x: jax.Array, params: PyTree, activations: Sequence[str],
   """T5 MLP: the product of act_i(x @ wi_i), dropout, then wo. x [B, K, D] -> [B, K, D]."""
   hidden = None
   for name, act in zip(mlp_kernel_names(activations), activations):
-    h = ACTIVATIONS[act](jnp.einsum('bkd,df->bkf', x, params[name]['kernel'].astype(x.dtype)))
+    h = ACTIVATIONS[act](dense(x, params[name]['kernel']))
     hidden = h if hidden is None else hidden * h  # [B, K, F]
   hidden = dropout(hidden)
-  return jnp.einsum('bkf,fd->bkd', hidden, params['wo']['kernel'].astype(x.dtype))
+  return dense(hidden, params['wo']['kernel'])
 
 
 @functools.lru_cache(maxsize=None)
@@ -197,11 +231,28 @@ def encoder_position_bias(rel_embedding: jax.Array, length: int, num_buckets: in
   return jnp.take(rel_embedding, jnp.asarray(buckets), axis=1)[None].astype(jnp.float32)
 
 
+def _bucket_starts(bidirectional: bool, num_buckets: int, max_distance: int) -> np.ndarray:
+  """The smallest |distance| of each bucket 1.. of one direction (`_bucket_table` rises by
+  steps from bucket 0, so a distance's bucket is the number of starts at or below it)."""
+  table = _bucket_table(bidirectional, num_buckets, max_distance)
+  top = num_buckets // 2 if bidirectional else num_buckets
+  return np.array([np.argmax(table >= j) if table[-1] >= j else max_distance + 1
+                   for j in range(1, top)], np.int32)
+
+
 def decoder_position_bias(rel_embedding: jax.Array, positions: jax.Array, num_tokens: int,
                           max_len: int, num_buckets: int, max_distance: int) -> jax.Array:
-  """Causal bias [B, N, K, T] float32 for queries at positions[b] + k vs keys 0..T-1."""
+  """Causal bias [B, N, K, T] float32 for queries at positions[b] + k vs keys 0..T-1.
+
+  Computed without gathers (the buckets by comparisons with each bucket's first distance,
+  the bias by a one-hot product): a gather per step made TPU's decode step read about as
+  much for the bias as for a layer's weights. Equal to `relative_position_bucket`'s
+  buckets looked up in rel_embedding.
+  """
   query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
-  rel = jnp.arange(max_len)[None, None, :] - query_pos[:, :, None]  # [B, K, T]
-  buckets = relative_position_bucket(rel, False, num_buckets, max_distance)
-  bias = jnp.take(rel_embedding.T, buckets, axis=0)  # [B, K, T, N]
-  return jnp.transpose(bias, (0, 3, 1, 2)).astype(jnp.float32)
+  distance = query_pos[:, :, None] - jnp.arange(max_len)[None, None, :]  # [B, K, T]
+  starts = jnp.asarray(_bucket_starts(False, num_buckets, max_distance))  # [buckets - 1]
+  buckets = jnp.sum(distance[..., None] >= starts, axis=-1)  # [B, K, T]; keys ahead: 0
+  one_hot = jax.nn.one_hot(buckets, num_buckets, dtype=jnp.float32)  # [B, K, T, buckets]
+  return jnp.einsum('nj,bktj->bnkt', rel_embedding.astype(jnp.float32), one_hot,
+                    precision=jax.lax.Precision.HIGHEST)
