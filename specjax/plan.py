@@ -5,6 +5,10 @@ activations) for each mesh, batch and decode length against shapes only, on simu
 CPU devices and, with `--tpu`, for compile-only TPU v4 chips (libtpu), and writes the
 tables to docs/scale.md (see `memory_plan.py`). The full grid with --tpu takes about an
 hour on two CPU cores; `--quick` plans 1 and 4 chips at B 1 and 8, L 128 only.
+
+`--speed` predicts TPU v4 speed instead: the roofline of the same programs' cost
+analysis, the paper's Table 2 predicted beside measured (docs/tpu_speed.md, see
+`specjax/speed`).
 """
 from __future__ import annotations
 
@@ -93,8 +97,17 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--quick', action='store_true', help='1 and 4 chips, B 1 and 8, L 128')
   p.add_argument('--tpu', action='store_true', help='also compile for TPU v4 with libtpu '
                  '(pip install libtpu; no TPU needed)')
-  p.add_argument('--output', default='docs/scale.md', help='markdown file to write; the '
-                 'rows also go to the same path with .json, as they are measured')
+  p.add_argument('--speed', action='store_true', help='predict TPU v4 speed from the '
+                 'compiled programs\' cost analysis (docs/tpu_speed.md; needs libtpu)')
+  p.add_argument('--cpu', action='store_true', help='with --speed: compile for this CPU '
+                 '(a check of the arithmetic; --quick does so where libtpu is absent)')
+  p.add_argument('--targets', help='with --speed: plan only these targets of the grid '
+                 '(comma-separated; for runs in parallel, each with its own --output)')
+  p.add_argument('--before', default='docs/tpu_speed_before.json', help='with --speed: '
+                 'excess-traffic rows of the previous code, shown beside the new ones')
+  p.add_argument('--output', help='markdown file to write (default docs/scale.md, with '
+                 '--speed docs/tpu_speed.md); the rows also go to the same path with .json, '
+                 'as they are measured')
   p.add_argument('--resume', action='store_true', help='keep the rows of that .json and '
                  'plan only the missing cells (after an interrupted run)')
   return p.parse_args(argv)
@@ -122,6 +135,10 @@ def _tpu_meshes(shapes):
 def main(argv=None) -> int:
   argv = sys.argv[1:] if argv is None else argv
   args = parse_args(argv)
+  if args.speed:
+    from specjax.speed import cli as speed_cli  # pylint: disable=import-outside-toplevel
+    return speed_cli.main(args, argv)
+  args.output = args.output or 'docs/scale.md'
   for name in (args.target, args.draft):
     if name not in T5_CONFIGS:
       print(f'error: unknown model {name!r}; pass one of {", ".join(sorted(T5_CONFIGS))}',

@@ -5,8 +5,7 @@ source "$(dirname "$0")/env.sh"
 cd "$(dirname "$0")/.."
 archive="$(mktemp -d)/specjax.tar.gz"
 git ls-files -z | tar --null -czf "$archive" -T -   # tracked files only, no .venv
-gcloud compute tpus tpu-vm scp "$archive" "$TPU_NAME:~/specjax.tar.gz" --zone "$ZONE" \
-  "${PROJECT_FLAG[@]}" --worker=all
+gcloud compute tpus tpu-vm scp "$archive" "$TPU_NAME:~/specjax.tar.gz" "${GCLOUD_FLAGS[@]}" --worker=all
 on_tpu "set -euo pipefail
   sudo apt-get update -qq && sudo apt-get install -y -qq $PYTHON ${PYTHON}-venv
   mkdir -p ~/$REMOTE_DIR && tar -xzf ~/specjax.tar.gz -C ~/$REMOTE_DIR

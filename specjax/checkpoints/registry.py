@@ -18,6 +18,11 @@ DEFAULT_CHECKPOINTS = {
     't5_1_0_large': f'{_GCS_T5X}/t5_large/checkpoint_1000700',
     't5_1_0_3b': f'{_GCS_T5X}/t5_3B/checkpoint_1000000',
     't5_1_0_11b': f'{_GCS_T5X}/t5_11B/checkpoint_1000000',
+    'flan_t5_small': f'{_GCS_T5X}/flan_t5_small/checkpoint_1198000',
+    'flan_t5_base': f'{_GCS_T5X}/flan_t5_base/checkpoint_1184000',
+    'flan_t5_large': f'{_GCS_T5X}/flan_t5_large/checkpoint_1164000',
+    'flan_t5_xl': f'{_GCS_T5X}/flan_t5_xl/checkpoint_1138000',
+    'flan_t5_xxl': f'{_GCS_T5X}/flan_t5_xxl/checkpoint_1114000',
 }
 DEMO_VOCAB = os.path.join(ASSETS, 'spm.model')
 T5_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'

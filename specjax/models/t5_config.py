@@ -92,6 +92,11 @@ t5_1_0_large = _v1_0('t5_1_0_large', 1024, 16, 24, 64, 4096)
 t5_1_0_3b = _v1_0('t5_1_0_3b', 1024, 32, 24, 128, 16384)
 t5_1_0_11b = _v1_0('t5_1_0_11b', 1024, 128, 24, 128, 65536)
 
+# Flan-T5 (instruction-tuned T5 1.1, LM-adapted): the T5 1.1 architectures under their own
+# names, so that each checkpoint has a registry name (specjax.checkpoints.registry).
+flan_t5_small, flan_t5_base, flan_t5_large, flan_t5_xl, flan_t5_xxl = (
+    c.replace(name=f'flan_{c.name}') for c in (t5_small, t5_base, t5_large, t5_xl, t5_xxl))
+
 # Tiny models for tests (T5X's tiny test sizes; small vocab so that tests can enumerate).
 t5_tiny = T5Config(vocab_size=32, emb_dim=8, num_heads=4, num_encoder_layers=2,
                    num_decoder_layers=2, head_dim=3, mlp_dim=16, name='t5_tiny')
@@ -113,4 +118,5 @@ T5_CONFIGS = {c.name: c for c in (
     demo_target, demo_draft,
     t5_small, t5_base, t5_large, t5_xl, t5_xxl,
     t5_1_0_small, t5_1_0_base, t5_1_0_large, t5_1_0_3b, t5_1_0_11b,
+    flan_t5_small, flan_t5_base, flan_t5_large, flan_t5_xl, flan_t5_xxl,
     t5_tiny, t5_tiny_draft, t5_1_0_tiny)}

@@ -1,0 +1,18 @@
+"""CNN/DailyMail, small draft, T = 0, 1: gamma 5, 5 (paper, T5-XXL + T5-small: 3.1x, 2.3x).
+
+Single chip, T5 11B with the T5 small draft (bfloat16 params: 11B fits one 32 GiB v4 chip,
+see docs/scale.md):
+
+  python -m specjax.decode --target t5_1_0_11b --draft t5_1_0_small --gamma 5 \
+      --temperature 0.0 --prefix 'summarize: ' --input data/cnndm.jsonl --max-input-len 512 \
+      --max-decode-len 128 --batch-size 1 --dtype bfloat16 --param-dtype bfloat16 --json \
+      --truncate-inputs
+
+v4-8 (4 chips): the same plus `--num-partitions 4`. `FLAN`: Flan-T5 XXL with Flan-T5
+small; `PAPER`: the paper's T5 1.1 XXL with T5 1.1 small (pretrained-only public
+checkpoints: pass fine-tuned ones with --target-checkpoint / --draft-checkpoint).
+"""
+from configs import paper_runs
+
+_RUNS = paper_runs('cnndm', 'small')
+SINGLE_CHIP, V4_8, FLAN, PAPER = (_RUNS[k] for k in ('SINGLE_CHIP', 'V4_8', 'FLAN', 'PAPER'))

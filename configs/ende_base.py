@@ -1,0 +1,18 @@
+"""WMT EnDe, base draft, T = 0, 1: gamma 7, 5 (paper, T5-XXL + T5-base: 2.8x, 2.4x).
+
+Single chip, T5 11B with the T5 base draft (bfloat16 params: 11B fits one 32 GiB v4 chip,
+see docs/scale.md):
+
+  python -m specjax.decode --target t5_1_0_11b --draft t5_1_0_base --gamma 7 \
+      --temperature 0.0 --prefix 'translate English to German: ' --input data/ende.jsonl \
+      --max-input-len 512 --max-decode-len 128 --batch-size 1 --dtype bfloat16 \
+      --param-dtype bfloat16 --json --truncate-inputs
+
+v4-8 (4 chips): the same plus `--num-partitions 4`. `FLAN`: Flan-T5 XXL with Flan-T5
+base; `PAPER`: the paper's T5 1.1 XXL with T5 1.1 base (pretrained-only public
+checkpoints: pass fine-tuned ones with --target-checkpoint / --draft-checkpoint).
+"""
+from configs import paper_runs
+
+_RUNS = paper_runs('ende', 'base')
+SINGLE_CHIP, V4_8, FLAN, PAPER = (_RUNS[k] for k in ('SINGLE_CHIP', 'V4_8', 'FLAN', 'PAPER'))

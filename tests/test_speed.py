@@ -1,0 +1,164 @@
+"""The TPU speed plan: its cost extraction and arithmetic end to end on the tiny pair (CPU
+cost analysis), a decode step's weight reads (its jaxpr; compile-only TPU v4 where libtpu
+is installed), the gather-free decoder bias, and the measured counterpart's arithmetic."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax.core import theory
+from specjax.models import t5_layers as layers
+from specjax.models.t5 import T5
+from specjax.models.t5_config import T5_CONFIGS
+from specjax.speed import measure, paper
+from specjax.speed.predict import PairCosts, Prediction
+from specjax.speed.programs import ITERATION_GAMMAS, VERIFY_TOKENS, cast_floats
+from specjax.speed.roofline import V4_CHIP
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_decoder_position_bias_equals_the_bucket_lookup():
+  rel = jnp.asarray(np.random.default_rng(0).normal(size=(3, 32)), jnp.float32)
+  positions = jnp.array([0, 5, 130, 300], jnp.int32)  # past max_distance too
+  for num_buckets, max_distance in ((32, 128), (8, 20)):
+    got = layers.decoder_position_bias(rel[:, :num_buckets], positions, 9, 320, num_buckets,
+                                       max_distance)
+    query = np.asarray(positions)[:, None] + np.arange(9)[None]  # [B, K]
+    buckets = layers.relative_position_bucket(np.arange(320)[None, None] - query[:, :, None],
+                                              False, num_buckets, max_distance)
+    want = np.transpose(np.asarray(rel[:, :num_buckets]).T[buckets], (0, 3, 1, 2))
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def _eqns(jaxpr):
+  """Every equation of a jaxpr, those of its sub-jaxprs included."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else [value]:
+        inner = getattr(sub, 'jaxpr', sub)
+        if hasattr(inner, 'eqns'):
+          yield from _eqns(inner)
+
+
+@pytest.mark.parametrize('name', ['t5_small', 't5_1_0_small'])
+@pytest.mark.parametrize('tokens', [1, 8])
+def test_decode_step_reads_bfloat16_weights_as_stored(name, tokens):
+  """No weight is converted to float32 in a bfloat16 decode step: every product with a
+  weight takes it as stored and accumulates in float32 itself."""
+  model = T5(T5_CONFIGS[name].replace(dtype='bfloat16'))
+  params = cast_floats(jax.eval_shape(model.init, jax.random.PRNGKey(0)), 'bfloat16')
+  ints = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)
+  encoded = jax.eval_shape(model.encode, params, ints(1, 16))
+  cache = jax.eval_shape(lambda: model.init_cache(1, 32))
+  jaxpr = jax.make_jaxpr(model.decode)(params, encoded, cache, ints(1, tokens), ints(1)).jaxpr
+  cfg = model.config
+  smallest = cfg.emb_dim * cfg.num_heads * cfg.head_dim  # a query kernel, the smallest
+  weight_sized = lambda v: v.aval.size >= smallest
+  converts = [e for e in _eqns(jaxpr) if e.primitive.name == 'convert_element_type'
+              and e.params['new_dtype'] == jnp.float32 and weight_sized(e.invars[0])]
+  assert not converts, converts
+  products = [e for e in _eqns(jaxpr) if e.primitive.name == 'dot_general'
+              and weight_sized(e.invars[1])]
+  assert len(products) >= 4 * cfg.num_decoder_layers
+  for e in products:
+    assert e.invars[1].aval.dtype == jnp.bfloat16
+    assert e.params['preferred_element_type'] == jnp.float32
+
+
+@pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
+                    reason='compile-only TPU v4 needs libtpu (pip install libtpu)')
+def test_compile_only_tpu_step_reads_what_it_must():
+  script = ('import json\nfrom specjax.speed import cli, traffic\ncli.prepare_tpu()\n'
+            'from specjax.models.t5_config import t5_small\n'
+            'device = cli.Backend(cpu=False).mesh(1).devices.flat[0]\n'
+            'print(json.dumps([traffic.measure_step(t5_small, tokens=k, batch=1, '
+            'input_len=128, cache_len=137, device=device).ratio for k in (1, 8)]))\n')
+  out = subprocess.run([sys.executable, '-c', script], check=True, capture_output=True,
+                       text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+  one, eight = json.loads(out.stdout.strip().splitlines()[-1])
+  # The rest above 1: caches in (8, 128) tiles (137 positions occupy 256, a K-token write
+  # rewrites whole tiles), which t5_small's 80 MB does not dwarf as T5-XXL's 11 GB does.
+  assert one <= 1.10 and eight <= 1.20
+
+
+def _roofline(row) -> float:
+  return max(row['bytes'] / V4_CHIP.bytes_per_s, row['flops'] / V4_CHIP.flops_per_s)
+
+
+def test_quick_speed_plan_runs_and_predicts_by_the_formula(tmp_path):
+  output = tmp_path / 'tpu_speed.md'
+  subprocess.run([sys.executable, '-m', 'specjax.plan', '--speed', '--quick', '--cpu',
+                  '--output', str(output)], check=True, capture_output=True, cwd=ROOT,
+                 env=dict(os.environ, PYTHONPATH=ROOT))
+  text = output.read_text()
+  data = json.loads(output.with_suffix('.json').read_text())
+  assert '## 4. The paper\'s Table 2' in text and '## 7. Batch' in text
+  cells = data['summary']['table2']
+  assert len(cells) == len(paper.TABLE2)
+  rows = {}
+  for r in data['programs']:
+    rows[(r['model'], r['program'], r['tokens'], r['greedy'])] = r
+  for cell in cells:
+    greedy = cell['temperature'] == 0
+    t = lambda model, program, tokens, mode=greedy: _roofline(rows[(model, program, tokens,
+                                                                    mode)])
+    pair = f'{cell["target"]}+{cell["draft"]}'
+    first, step = t(cell['draft'], 'first', 2), t(cell['draft'], 'step', 1)
+
+    def loop(gamma):  # the iteration less its parts (one scan step counted), in bytes/flops
+      parts = [rows[(cell['draft'], 'first', 2, greedy)],
+               rows[(cell['target'], 'verify', gamma + 1, True)]]
+      parts += [rows[(cell['draft'], 'step', 1, greedy)]] if gamma >= 2 else []
+      it = rows[(pair, 'iteration', gamma, greedy)]
+      return [it[k] - sum(p[k] for p in parts) for k in ('bytes', 'flops')]
+
+    (g0, g1), gamma = ITERATION_GAMMAS, cell['gamma']
+    lo, hi = loop(g0), loop(g1)
+    extra = [max(a + (b - a) * (gamma - g0) / (g1 - g0), 0.0) for a, b in zip(lo, hi)]
+    t_loop = max(extra[0] / V4_CHIP.bytes_per_s, extra[1] / V4_CHIP.flops_per_s)
+    t_spec = first + (gamma - 1) * step + t(cell['target'], 'verify', gamma + 1, True) + t_loop
+    alone = t(cell['target'], 'alone', 0)
+    e = theory.expected_tokens_per_call(cell['alpha'], gamma)
+    assert cell['predicted'] == pytest.approx(e * alone / t_spec, rel=1e-9)
+    c, v = step / alone, (t_spec - gamma * step) / alone
+    assert cell['predicted'] == pytest.approx(theory.speedup(cell['alpha'], gamma, c, v),
+                                              rel=1e-9)
+    assert cell['c'] == pytest.approx(step / t(cell['target'], 'step', 1), rel=1e-9)
+
+
+def test_measured_times_predict_with_every_draft_step_counted():
+  """Measured iterations run all G - 1 scan steps: the loop's share subtracts them all."""
+  seconds = {('verify', k): 1.0 + 0.01 * k for k in VERIFY_TOKENS}
+  seconds.update({('step', 't'): 1.0, ('step', 'd'): 0.05, ('first', 'd'): 0.06,
+                  ('alone', 't'): 1.02, ('encode', 't'): 3.0, ('encode', 'd'): 0.2})
+  gammas = {g: 0.06 + (g - 1) * 0.05 + (1.0 + 0.01 * (g + 1)) + 0.002 * g
+            for g in ITERATION_GAMMAS}  # draft block + verify + a loop share of 0.002 G
+  rows = []
+  make = lambda model, program, tokens, greedy, s: measure.TimedRow(
+      model, program, tokens, 1, 8, 8, (1, 1), greedy, s, 'cpu')
+  for greedy in (True, False):
+    for (program, who), s in seconds.items():
+      if program == 'verify':
+        rows.append(make('t', 'verify', who, True, s))
+      else:
+        tokens = {'step': 1, 'first': 2}.get(program, 0)
+        rows.append(make('t' if who == 't' else 'd', program, tokens, greedy, s))
+    rows += [make('t+d', 'iteration', g, greedy, s) for g, s in gammas.items()]
+  costs = PairCosts.from_rows({r.key: r for r in rows}, 't', 'd', 1, 8, 8, (1, 1), True,
+                              scan_counted_once=False)
+  p = Prediction(costs, V4_CHIP)
+  for gamma in (1, 4, 7):
+    assert p.iteration_seconds(gamma) == pytest.approx(
+        0.06 + (gamma - 1) * 0.05 + 1.0 + 0.01 * (gamma + 1) + 0.002 * gamma)
+  assert p.c == pytest.approx(0.05) and p.v(9) == pytest.approx(1.09 / 1.01)
+  summary = measure.summarize(rows, 't', 'd', 1, 8, 8, True)
+  assert summary['speedup']['0.75'][7] == pytest.approx(
+      theory.expected_tokens_per_call(0.75, 7) * 1.02 / p.iteration_seconds(7))
