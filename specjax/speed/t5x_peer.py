@@ -1,10 +1,11 @@
 """The peer the paper measured against: real T5X's own decode step, costed the same way.
 
-T5X's `EncoderDecoderModel` decodes one token per call through `_compute_logits_from_slice`
-(the `tokens_to_logits` of its `temperature_sample`) over the examples/t5 network, with
-its flax 'cache' collection. `measure_t5x_step` builds that network for a specjax
-`T5Config`, takes its params, cache and encoded inputs as shapes (T5X's own init and
-encode under `jax.eval_shape`) and compiles the step on the same device. Needs real T5X
+T5X's `EncoderDecoderModel` decodes one token per call (the `tokens_to_logits` of its
+`temperature_sample`, `_compute_logits_from_slice`): the examples/t5 network's `decode`
+applied with `decode=True` to one token and the flax 'cache' collection, the length axis
+squeezed. `measure_t5x_step` makes the same call on that network built for a specjax
+`T5Config`, its params, cache and encoded inputs taken as shapes (T5X's own init and
+encode under `jax.eval_shape`), and compiles it on the same device. Needs real T5X
 (`bash ../shared/t5x/install.sh`, or T5X's own instructions); `available()` says whether
 it imports.
 """
@@ -41,13 +42,6 @@ def _network(cfg: T5Config, dtype: str):
       logits_via_embedding=cfg.logits_via_embedding))
 
 
-def _model(module):
-  import seqio  # pylint: disable=import-outside-toplevel
-  from t5x import adafactor, models  # pylint: disable=import-outside-toplevel
-  vocab = seqio.PassThroughVocabulary(size=module.config.vocab_size)
-  return models.EncoderDecoderModel(module, vocab, vocab, adafactor.Adafactor())
-
-
 def measure_t5x_step(cfg: T5Config, *, batch: int, input_len: int, max_decode_len: int,
                      mesh: Mesh, dtype: str = 'bfloat16') -> ProgramRow:
   """Compiles T5X's one-token decode step (`_compute_logits_from_slice`) and costs it.
@@ -63,9 +57,7 @@ def measure_t5x_step(cfg: T5Config, *, batch: int, input_len: int, max_decode_le
   Returns:
     A ProgramRow, model 't5x:<name>', program 'step', tokens 1.
   """
-  from t5x import decoding  # pylint: disable=import-outside-toplevel
   module = _network(cfg, dtype)
-  model = _model(module)
   device = mesh.devices.flat[0]
   sharding = jax.sharding.SingleDeviceSharding(device)
   inputs = jnp.ones((batch, input_len), jnp.int32)
@@ -90,17 +82,18 @@ def measure_t5x_step(cfg: T5Config, *, batch: int, input_len: int, max_decode_le
   encoded = place(jax.eval_shape(encode, params))
   raw = jax.ShapeDtypeStruct((batch, input_len), jnp.int32, sharding=sharding)
   token = jax.ShapeDtypeStruct((batch, 1), jnp.int32, sharding=sharding)
-  index = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
 
-  def step(params, cache, encoded, raw, token, index):
-    state = decoding.DecodingState(cur_index=index, sequences=token, cur_token=token,
-                                   cache=cache)
-    return model._compute_logits_from_slice(  # pylint: disable=protected-access
-        state, params, encoded, raw, max_decode_len)
+  def step(params, cache, encoded, raw, token):
+    # EncoderDecoderModel._compute_logits_from_slice, as T5X writes it.
+    logits, variables = module.apply(
+        {'params': params, 'cache': cache}, encoded, raw, token, token, enable_dropout=False,
+        decode=True, max_decode_length=max_decode_len, mutable=['cache'],
+        method=module.decode)
+    return jnp.squeeze(logits, axis=1), variables['cache']
 
   start = time.perf_counter()
   compiled = jax.jit(step, donate_argnums=(1,)).lower(
-      params, cache, encoded, raw, token, index).compile()
+      params, cache, encoded, raw, token).compile()
   cost = cost_of(compiled)
   return ProgramRow(model=PEER_PREFIX + cfg.name, program='step', tokens=1, batch=batch,
                     input_len=input_len, max_decode_len=max_decode_len,
