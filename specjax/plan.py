@@ -103,6 +103,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                  '(a check of the arithmetic; --quick does so where libtpu is absent)')
   p.add_argument('--targets', help='with --speed: plan only these targets of the grid '
                  '(comma-separated; for runs in parallel, each with its own --output)')
+  p.add_argument('--chips', type=int, help='with --speed: plan only the meshes of this many '
+                 'chips (1 or 4)')
   p.add_argument('--before', default='docs/tpu_speed_before.json', help='with --speed: '
                  'excess-traffic rows of the previous code, shown beside the new ones')
   p.add_argument('--output', help='markdown file to write (default docs/scale.md, with '

@@ -159,14 +159,16 @@ def _log(text: str) -> None:
 
 
 def run_grid(grid: Grid, backend: Backend, store: Store,
-             targets: Optional[Sequence[str]] = None) -> None:
-  """Measures every program of the grid (of `targets` only, where given) not yet in the
-  store; the excess-traffic steps and T5X's only when no targets are picked."""
+             targets: Optional[Sequence[str]] = None, chips: Optional[int] = None) -> None:
+  """Measures every program of the grid (of `targets` and meshes of `chips` only, where
+  given) not yet in the store; the excess-traffic steps and T5X's only when neither is."""
   done = set(store.programs())
   for target, drafts, settings in grid.pairs:
     if targets and target not in targets:
       continue
     for setting in settings:
+      if chips and setting.chips != chips:
+        continue
       mesh = backend.mesh(setting.chips)
       for draft in setting.drafts or drafts:
         for greedy in setting.modes:
@@ -182,7 +184,7 @@ def run_grid(grid: Grid, backend: Backend, store: Store,
               greedy=greedy, done=done, on_row=on_row)
           done.update(r.key for r in rows)
           jax.clear_caches()  # compiled XXL programs add up to gigabytes of host memory
-  if targets:
+  if targets or chips:
     return
   cache_len = LoopConfig(gamma=max(programs.ITERATION_GAMMAS),
                                   max_decode_len=grid.max_decode_len).width(1)
@@ -237,7 +239,8 @@ def main(args, argv: Sequence[str]) -> int:
   store = Store(rows_path, args.resume)
   backend = Backend(cpu)
   start = time.perf_counter()
-  run_grid(grid, backend, store, args.targets.split(',') if args.targets else None)
+  run_grid(grid, backend, store, args.targets.split(',') if args.targets else None,
+           args.chips)
   before = []
   if args.before and os.path.exists(args.before):
     with open(args.before, encoding='utf-8') as f:
