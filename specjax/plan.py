@@ -105,6 +105,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                  '(comma-separated; for runs in parallel, each with its own --output)')
   p.add_argument('--chips', type=int, help='with --speed: plan only the meshes of this many '
                  'chips (1 or 4)')
+  p.add_argument('--merge', help='with --speed: add the rows of other runs\' .json files '
+                 '(comma-separated; runs of other --targets or --chips) before this one')
+  p.add_argument('--render', action='store_true', help='with --speed: write the report from '
+                 'the rows already measured, compiling nothing')
   p.add_argument('--before', default='docs/tpu_speed_before.json', help='with --speed: '
                  'excess-traffic rows of the previous code, shown beside the new ones')
   p.add_argument('--output', help='markdown file to write (default docs/scale.md, with '

@@ -141,6 +141,13 @@ class Store:
       with open(path, encoding='utf-8') as f:
         self.data.update({k: v for k, v in json.load(f).items() if k in self.data})
 
+  def merge(self, path: str) -> None:
+    """Adds the rows of another run's .json (a run of other --targets or --chips)."""
+    with open(path, encoding='utf-8') as f:
+      other = json.load(f)
+    for kind in self.data:
+      self.data[kind] += other.get(kind, [])
+
   def programs(self) -> Dict[tuple, programs.ProgramRow]:
     return programs.rows_by_key(programs.ProgramRow.from_json(r)
                                 for r in self.data['programs'] + self.data['peers'])
@@ -237,15 +244,21 @@ def main(args, argv: Sequence[str]) -> int:
   rows_path = os.path.splitext(output)[0] + '.json'
   os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
   store = Store(rows_path, args.resume)
+  for path in args.merge.split(',') if args.merge else ():
+    store.merge(path)
   backend = Backend(cpu)
   start = time.perf_counter()
-  run_grid(grid, backend, store, args.targets.split(',') if args.targets else None,
-           args.chips)
+  if not args.render:
+    run_grid(grid, backend, store, args.targets.split(',') if args.targets else None,
+             args.chips)
   before = []
   if args.before and os.path.exists(args.before):
     with open(args.before, encoding='utf-8') as f:
       before = [traffic.StepTraffic.from_json(r) for r in json.load(f)['traffic']]
-  command = ' '.join(['python -m specjax.plan'] + [a for a in argv if a != '--resume'])
+  skip = {'--resume', '--render', '--merge'}
+  kept = [a for i, a in enumerate(argv)
+          if a not in skip and not (i and argv[i - 1] == '--merge')]
+  command = ' '.join(['python -m specjax.plan'] + kept)
   context = report.Context(
       command=command, date=datetime.date.today().isoformat(), versions=_versions(backend),
       backend=backend.name, quick=args.quick, grid=grid,

@@ -66,7 +66,9 @@ bytes and 5% to a t5_small step's.
   chip: the program compiled for one compile-only TensorCore, timed with the chip's figures
   (megacore: a chip runs one program on both cores). v4-8 (4 chips): the program sharded
   over the 8 cores with T5X's logical axis rules (model-parallel), each core timed with
-  half a chip's figures. XLA's own `optimal_seconds` is shown where it is positive.
+  half a chip's figures. XLA's own `optimal_seconds` is shown where it is positive: it
+  is the time of one core without megacore, with its own efficiency factors, so it comes
+  out about 2.5x the chip's roofline for a memory-bound step.
 - Programs are compiled with `LIBTPU_INIT_ARGS={flags}`: with libtpu's default, weights
   are staged through CMEM (v4's 128 MiB on-chip memory) by async copies that the cost
   analysis counts as accesses too, and `optimal_seconds` comes back negative. Without CMEM
@@ -208,7 +210,8 @@ def _peer_section(ctx: Context, rows: Mapping[tuple, ProgramRow]) -> str:
            f'its cache of L = {grid.max_decode_len} positions, compiled the same way '
            '(`specjax/speed/t5x_peer.py`). T5X recomputes the cross-attention K/V from the '
            'encoder output in every step; ours projects them once per input.', '',
-           '| model | B | S | program | GB accessed | GFLOP | roofline ms | XLA ms | bound |',
+           '| model | B | S | program | GB accessed | GFLOP | roofline ms | XLA ms (one core) | '
+           'bound |',
            '|---|---|---|---|---|---|---|---|---|']
   found = False
   for model, batch, s in grid.peers:

@@ -102,7 +102,10 @@ def costs_section(grid, rows: Mapping[tuple, ProgramRow], summary: Dict[str, Any
     out[target] = dict(verify_seconds=p.seconds(p.costs.verify[1]), v=v)
     lines.append(f'| {target} | {p.seconds(p.costs.verify[1]) * 1e3:.3f} | ' +
                  ' | '.join(f'{x:.3f}' for x in v) + ' |')
-  lines += ['', '| target | draft | T | t(draft step) ms | t(target step) ms | c | '
+  lines += ['', 'The loop\'s share is what an iteration compiles beyond its draft calls and '
+            'its verify, as a share of its time; 0.000 where the compiled iteration costs no '
+            'more than its parts costed apart (XLA shares reads between them).', '',
+            '| target | draft | T | t(draft step) ms | t(target step) ms | c | '
             't(target alone) ms | loop share at gamma 1 | loop share at gamma 7 | '
             'draft encoder / target encoder |', '|' + '---|' * 10]
   for target, drafts, _ in grid.pairs:
