@@ -262,7 +262,9 @@ def main(args, argv: Sequence[str]) -> int:
   context = report.Context(
       command=command, date=datetime.date.today().isoformat(), versions=_versions(backend),
       backend=backend.name, quick=args.quick, grid=grid,
-      seconds=time.perf_counter() - start, before_path=args.before if before else '')
+      seconds=sum(r['compile_seconds'] for kind in ('programs', 'traffic', 'peers')
+                  for r in store.data[kind]),
+      before_path=args.before if before else '')
   text, summary = report.render(context, store.programs(), store.traffic(), before)
   with open(output, 'w', encoding='utf-8') as f:
     f.write(text)
