@@ -74,7 +74,7 @@ class Grid:
 
 
 _STEPS = tuple((m, k, 1) for m in ('t5_small', 't5_xxl', 't5_1_0_small', 't5_1_0_11b')
-               for k in (1, 8))
+               for k in (1, 8)) + (('t5_xxl', 1, 32), ('t5_xxl', 8, 32))
 _GREEDY = (True,)
 FULL = Grid(
     pairs=(('t5_xxl', ('t5_small', 't5_base', 't5_large'),
