@@ -180,8 +180,17 @@ def batch_section(grid, rows: Mapping[tuple, ProgramRow], summary: Dict[str, Any
       if setting.input_len != s or setting.modes == (False,):
         continue
       mesh = (1, 1) if setting.chips == 1 else (1, 2 * setting.chips)
+      name = '1 chip' if setting.chips == 1 else f'v4-8 ({mesh[1]} cores)'
       base = prediction(grid, rows, target, drafts[0], setting.batch, s, mesh, True)
       if base is None:
+        verify = {k: rows.get((target, 'verify', k, setting.batch, s, grid.max_decode_len,
+                                mesh, True)) for k in (1, 2, 5, 9)}
+        if all(verify.values()):
+          v = [verify[k].cost.seconds(device_of(mesh)) / verify[1].cost.seconds(
+              device_of(mesh)) for k in (2, 5, 9)]
+          lines.append(f'| {name} | {setting.batch} | ' + ' | '.join(f'{x:.2f}' for x in v) +
+                       ' | the iteration did not compile: out of one core\'s HBM (16 GiB; '
+                       'a chip\'s megacore has 32) |')
         continue
       cells = []
       for i, draft in enumerate(drafts):
@@ -202,9 +211,15 @@ def batch_section(grid, rows: Mapping[tuple, ProgramRow], summary: Dict[str, Any
                           temperature=temperature, alpha=alpha, best_gamma=best,
                           speedup=value, v=[p.v(k) for k in VERIFY_TOKENS]))
           cells.append(f'{value:.2f}x (G={best})' if best else f'- ({value:.2f}x)')
-      name = '1 chip' if setting.chips == 1 else f'v4-8 ({mesh[1]} cores)'
       lines.append(f'| {name} | {setting.batch} | {base.v(2):.2f} | {base.v(5):.2f} | '
                    f'{base.v(9):.2f} | ' + ' | '.join(cells) + ' |')
     lines.append('')
+  stops = [r for r in out if r['best_gamma'] is None]
+  if out:
+    lines.append('Speculation stops paying (no gamma beats the target alone) at: ' + (
+        ', '.join(sorted({f'{r["target"]} + {r["draft"]} B={r["batch"]} mesh {r["mesh"]} '
+                          f'alpha {r["alpha"]}' for r in stops})) if stops else
+        'no planned setting; its gain shrinks as v(K) grows with the batch (best '
+        f'{min(r["speedup"] for r in out):.2f}x at the worst planned setting).'))
   summary['batch'] = out
   return '\n'.join(lines) + '\n'
