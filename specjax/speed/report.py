@@ -62,7 +62,7 @@ at S = 128 here: at 512 its cross-attention K/V would add about 1.3% to a T5-XXL
 bytes and 5% to a t5_small step's.
 
 - Time of a program: the roofline max(bytes accessed / HBM bandwidth, flops / peak bf16
-  FLOP/s) of a TPU v4 chip: {flops:.0f} TFLOP/s and {bandwidth:.0f} GB/s ({source}). One
+  FLOP/s) of a TPU v4 chip: {flops:.0f} TFLOP/s and {bandwidth:.0f} GB/s (source: {source}). One
   chip: the program compiled for one compile-only TensorCore, timed with the chip's figures
   (megacore: a chip runs one program on both cores). v4-8 (4 chips): the program sharded
   over the 8 cores with T5X's logical axis rules (model-parallel), each core timed with
@@ -262,7 +262,9 @@ def render(ctx: Context, rows: Mapping[tuple, ProgramRow],
       'hand: rerun the '
       'command (add --resume to keep the rows already measured).\n',
       _METHOD.format(max_decode_len=grid.max_decode_len,
-                     inputs=', '.join(f'{n} for {paper.TASKS[t]}' for t, n in grid.tasks), flops=roofline.V4_CHIP_FLOPS / 1e12,
+                     inputs=(f'{grid.tasks[0][1]} for every task' if len(
+                         {n for _, n in grid.tasks}) == 1 else ', '.join(
+                             f'{n} for {paper.TASKS[t]}' for t, n in grid.tasks)), flops=roofline.V4_CHIP_FLOPS / 1e12,
                      bandwidth=roofline.V4_CHIP_HBM_BYTES_PER_S / 1e9,
                      source=roofline.FIGURES_SOURCE, flags='"--xla_tpu_cmem_memory_space_'
                      'assignment=false"'),
