@@ -112,7 +112,12 @@ def summarize(rows: Sequence[TimedRow], target: str, draft: str, batch: int, inp
               v=[p.v(k) for k in programs.VERIFY_TOKENS],
               loop_share={g: p.loop_share(g) for g in programs.ITERATION_GAMMAS},
               alone_seconds=p.alone_seconds,
-              speedup={str(a): {g: p.speedup(a, g) for g in GAMMAS} for a in alphas})
+              speedup={str(a): {g: _speedup(p, a, g) for g in GAMMAS} for a in alphas})
+
+
+def _speedup(p: Prediction, alpha: float, gamma: int) -> Optional[float]:
+  """The predicted speedup, or None where noisy times leave no positive verify cost."""
+  return p.speedup(alpha, gamma) if p.v_iteration(gamma) > 0 else None
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
