@@ -304,3 +304,23 @@ def test_quick_bench_with_refill(tmp_path):
     assert row['traces'] == row['shapes'] == 1  # the stream compiles once per shape
     # one stream of 4 inputs through 2 slots: at least 2 iterations, fewer than 4 x 8
     assert 2 <= row['iterations'] < 32
+
+
+def test_quick_bench_rows_beyond_the_draft_model(tmp_path):
+  out, md = tmp_path / 'b.json', tmp_path / 'b.md'
+  assert cli.main(['--quick', '--drafts', 'copy', '--verifications', 'token,block',
+                   '--variant-gammas', '2', '--thresholds', '0.5', '--threshold-gamma', '3',
+                   '--rounds', '1', '--json', str(out), '--markdown', str(md)]) == 0
+  result = json.loads(out.read_text())
+  variants = result['variants']
+  kinds = {(r['draft'], r['verification'], r['draft_threshold'], r['temperature'])
+           for r in variants}
+  assert ('copy', 'block', 0.0, 1.0) in kinds and ('t5_tiny_draft', 'token', 0.5, 0.0) in kinds
+  assert ('copy', 'block', 0.0, 0.0) not in kinds  # greedy block rows are the token rule's
+  for r in variants:
+    if r['temperature'] == 0.0:
+      assert r['identical_to_target'] is True
+    assert 1.0 <= r['drafted_per_call'] <= r['gamma']
+  text = md.read_text()
+  assert '## Other drafts, block verification, dynamic gamma' in text
+  assert 'the best threshold (0.5' in text

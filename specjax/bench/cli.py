@@ -15,6 +15,7 @@ weights and inputs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -22,11 +23,12 @@ import sys
 import jax
 import numpy as np
 
-from specjax.bench import peers, report, timing
+from specjax.bench import peers, report, timing, variants
 from specjax.bench import rows as bench_rows
 from specjax.job.inputs import pad_to_bucket, tokenize
 from specjax.checkpoints.registry import ASSETS, DEMO_PREFIX
 from specjax.job.decode_job import DecodeJob, load_pair
+from specjax.job.drafts import resolve_draft
 from specjax.core.sampling import SamplingConfig
 
 DEMO_TEST = os.path.join(ASSETS, 'test.jsonl')
@@ -69,6 +71,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'each figure of a row (both decodes, t_1, v, c, the calls of one iteration) '
                  'is timed once per round and keeps its fastest')
   p.add_argument('--seed', type=int, default=0)
+  v = p.add_argument_group('beyond the draft model (rows beside the plain draft\'s)')
+  v.add_argument('--drafts', default='', help='other drafts, e.g. copy,bigram,copy+demo_draft '
+                 '(as --draft of python -m specjax.decode)')
+  v.add_argument('--verifications', default='token', help='token and/or block: rows for the '
+                 'draft model and --drafts under each (block only when sampling)')
+  v.add_argument('--variant-gammas', default='2,4', help='gammas of those rows')
+  v.add_argument('--thresholds', default='', help='per-row dynamic gamma: confidence '
+                 'thresholds of rows at --threshold-gamma, e.g. 0.3,0.5,0.7')
+  v.add_argument('--threshold-gamma', type=int, default=8, help='the most a row drafts')
+  v.add_argument('--lenience', default='', help='T=1 rows at these lenience values with the '
+                 'BLEU of their outputs, e.g. 1,0.5,0.2 (lossy below 1)')
+  v.add_argument('--gamma-auto-batches', default='', help='python -m specjax.decode --gamma '
+                 'auto at these batch sizes on the same inputs, e.g. 1,8,32')
   return p.parse_args(argv)
 
 
@@ -82,9 +97,11 @@ def _ints(spec: str):
   return out
 
 
-def _read_texts(path: str, prefix: str, limit: int, select: str = 'first'):
-  """The `limit` first (or longest, in file order) texts of a JSONL or plain-text file."""
-  texts = []
+def _read_texts(path: str, prefix: str, limit: int, select: str = 'first',
+                references: bool = False):
+  """The `limit` first (or longest, in file order) texts of a JSONL or plain-text file
+  (with `references`: (texts, their "targets" or "de" fields))."""
+  texts, refs = [], []
   with open(path, encoding='utf-8') as f:
     for line in f:
       if not line.strip():
@@ -92,12 +109,13 @@ def _read_texts(path: str, prefix: str, limit: int, select: str = 'first'):
       rec = json.loads(line) if line.lstrip().startswith('{') else {'inputs': line.strip()}
       text = rec.get('inputs') or rec.get('en')
       texts.append(text if text.startswith(prefix) else prefix + text)
+      refs.append(rec.get('targets') or rec.get('de') or '')
       if len(texts) == limit and select == 'first':
         break
   if select == 'longest':
     keep = sorted(sorted(range(len(texts)), key=lambda i: -len(texts[i]))[:limit])
-    texts = [texts[i] for i in keep]
-  return texts
+    texts, refs = [texts[i] for i in keep], [refs[i] for i in keep]
+  return (texts, refs) if references else texts
 
 
 def _setup(args):
@@ -108,13 +126,16 @@ def _setup(args):
     tp, dp = target.init(jax.random.PRNGKey(0)), draft.init(jax.random.PRNGKey(1))
     rows = np.array(jax.random.randint(jax.random.PRNGKey(2), (4, 8), 3, 32), np.int32)
     rows[:, -1] = 1
+    args.context = dict(vocab=None, texts=None, references=None, load=lambda name: (draft, dp))
     return target, tp, draft, dp, rows
   job = DecodeJob(target=args.target, draft=args.draft, target_checkpoint=args.target_checkpoint,
                   draft_checkpoint=args.draft_checkpoint, vocab=args.vocab)
   target, tp, draft, dp, vocab = load_pair(job)
   prefix = args.prefix if args.prefix is not None else (
       DEMO_PREFIX if args.target.startswith('demo_') else '')
-  texts = _read_texts(args.input, prefix, args.num_examples, args.select)
+  texts, refs = _read_texts(args.input, prefix, args.num_examples, args.select, True)
+  args.context = dict(vocab=vocab, texts=texts, references=refs,
+                      load=lambda name: load_pair(dataclasses.replace(job, draft=name))[2:4])
   return target, tp, draft, dp, tokenize(vocab, texts, args.max_input_len, False)[0]
 
 
@@ -173,7 +194,48 @@ def run_bench(args) -> dict:
     result['peers'] = peers.peer_summary(target, tp, draft, dp, inputs, max_len,
                                           best['gamma'], greedy_tokens, args.seed,
                                           args.pad_inputs)
+  result.update(_beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_len,
+                                  repeats, slots))
   return result
+
+
+def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_len, repeats,
+                      slots) -> dict:
+  """The rows of --drafts, --verifications, --thresholds, --lenience, --gamma-auto-batches."""
+  out = {}
+  ctx = args.context
+  kw = dict(max_len=max_len, seed=args.seed, rounds=args.rounds, repeats=repeats, slots=slots)
+  verifications = [v for v in args.verifications.split(',') if v]
+  others = [d for d in args.drafts.split(',') if d]
+  if others or verifications != ['token'] or args.thresholds:
+    drafts = {args.draft if not args.quick else 't5_tiny_draft': (draft, dp)}
+    for spec in others:
+      drafts[spec] = resolve_draft(spec, target, args.target, ctx['load'])
+    gammas = _ints(args.variant_gammas)
+    thresholds = [float(t) for t in args.thresholds.split(',') if t]
+    cache_len = max_len + max(gammas + [args.threshold_gamma]) + 2
+    out['variants'] = variants.variant_rows(
+        target, tp, drafts, batches, gammas=gammas, temperatures=temperatures,
+        verifications=verifications, thresholds=thresholds,
+        threshold_gamma=args.threshold_gamma, cache_len=cache_len, **kw)
+  if args.lenience:
+    if ctx['vocab'] is None:
+      raise ValueError('--lenience reports BLEU against references: not with --quick')
+    out['lenience'] = variants.lenience_rows(
+        target, tp, draft, dp, batches, ctx['references'], ctx['vocab'].decode,
+        gamma=_ints(args.variant_gammas)[-1],
+        lenience=[float(x) for x in args.lenience.split(',')],
+        cache_len=max_len + max(_ints(args.variant_gammas)) + 2, **kw)
+  if args.gamma_auto_batches:
+    if ctx['texts'] is None:
+      raise ValueError('--gamma-auto-batches decodes the input file: not with --quick')
+    out['gamma_auto'] = variants.gamma_auto_runs(
+        ctx['texts'], _ints(args.gamma_auto_batches), dict(
+            target=args.target, draft=args.draft, target_checkpoint=args.target_checkpoint,
+            draft_checkpoint=args.draft_checkpoint, vocab=args.vocab, prefix='',
+            max_input_len=args.max_input_len, max_decode_len=max_len,
+            pad_inputs=args.pad_inputs, seed=args.seed))
+  return out
 
 
 def main(argv=None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+from typing import List
 
 import jax
 import numpy as np
@@ -234,5 +235,64 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
     rel = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(path)))
     lines += [f'![measured and predicted speedup]({rel})', '']
   lines += ['## Where the time goes', '', reading(result), '']
+  lines += beyond_the_draft(result)
   with open(path, 'w', encoding='utf-8') as f:
     f.write('\n'.join(lines))
+
+
+_VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'gamma', 'temperature', 'alpha',
+                    'tokens_per_call', 'drafted_per_call', 'tokens_per_second', 'speedup',
+                    'loop_speedup', 'predicted_speedup')
+
+
+def _cell(value) -> str:
+  return _x(value, 3) if isinstance(value, float) or value is None else str(value)
+
+
+def _table(rows, columns) -> List[str]:
+  lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
+  lines += ['| ' + ' | '.join(_cell(r.get(c)) for c in columns) + ' |' for r in rows]
+  return lines + ['']
+
+
+def beyond_the_draft(result: dict) -> List[str]:
+  """The report's sections on other drafts, verification rules, dynamic gamma, lenience
+  and --gamma auto (empty for a bench run without them)."""
+  lines = []
+  if result.get('variants'):
+    lines += ['## Other drafts, block verification, dynamic gamma', '',
+              'The same inputs and timing as the table above. `copy` proposes the token after '
+              'the longest earlier match of the output\'s last tokens in the source or the '
+              'output (a point mass: exact); `bigram` draws from a table of next-token '
+              'counts; `copy+NAME` copies where it matches and asks NAME elsewhere. Block '
+              'verification accepts the draft as a whole (exact; greedy rows are the token '
+              'rule\'s, so only sampled rows are shown). With a draft threshold each row '
+              'stops drafting at its first draft token whose probability is below it '
+              '(drafted_per_call: tokens proposed per target call, of at most gamma).', '']
+    lines += _table(result['variants'], _VARIANT_COLUMNS)
+    dynamic = [r for r in result['variants'] if r['draft_threshold'] > 0]
+    for t in sorted({r['temperature'] for r in dynamic}):
+      fixed = [r for r in result['rows'] + result['variants'] if r['temperature'] == t and
+               r.get('draft_threshold', 0) == 0 and r.get('verification', 'token') == 'token'
+               and r.get('draft', result['draft']) == result['draft']]
+      best_fixed = max(fixed, key=lambda r: r['speedup'])
+      best_dyn = max((r for r in dynamic if r['temperature'] == t), key=lambda r: r['speedup'])
+      lines += [f'- T={t}: the best threshold ({best_dyn["draft_threshold"]}, at most '
+                f'{best_dyn["gamma"]} drafts, {best_dyn["drafted_per_call"]:.2f} proposed per '
+                f'call) runs {best_dyn["speedup"]:.2f}x; the best fixed gamma '
+                f'({best_fixed["gamma"]}) {best_fixed["speedup"]:.2f}x.']
+    lines += ['']
+  if result.get('lenience'):
+    lines += ['## Lenience: speed against quality (T=1, lossy below 1)', '']
+    lines += _table(result['lenience'], ('lenience', 'gamma', 'alpha', 'tokens_per_call',
+                                         'tokens_per_second', 'speedup', 'bleu'))
+  if result.get('gamma_auto'):
+    lines += ['## --gamma auto at several batch sizes', '',
+              '`python -m specjax.decode --gamma auto` on the same inputs (refill on): the '
+              'gamma it picks (0: the target alone, when speculation measured slower on a '
+              'probe) and the run\'s speedup over the target alone.', '']
+    lines += _table(result['gamma_auto'], ('batch_size', 'gamma', 'speedup',
+                                           'tokens_per_second', 'baseline_tokens_per_second'))
+    lines += [f'- batch {r["batch_size"]}: {r["gamma_reason"]}' for r in result['gamma_auto']]
+    lines += ['']
+  return lines

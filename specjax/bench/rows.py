@@ -137,18 +137,20 @@ def at_lengths(row: dict, lengths) -> Dict[str, object]:
 
 
 def decode_fns(target, tp, draft, dp, gamma: int, sampling: SamplingConfig,
-               max_decode_len: int, seed: int = 0, slots: Optional[int] = None):
+               max_decode_len: int, seed: int = 0, slots: Optional[int] = None, **rule):
   """(speculative, target alone): functions of one batch [B, S], or with `slots` of a
-  stream of inputs [N, S] decoded through that many rows that refill as they finish."""
+  stream of inputs [N, S] decoded through that many rows that refill as they finish.
+  `rule`: verification, draft_threshold, lenience of the speculative decode."""
   kw = dict(max_decode_len=max_decode_len, sampling=sampling, rng=jax.random.PRNGKey(seed),
             slots=slots)
-  return (lambda x: api.speculative_decode(target, tp, draft, dp, x, gamma=gamma, **kw),
+  return (lambda x: api.speculative_decode(target, tp, draft, dp, x, gamma=gamma, **kw,
+                                           **rule),
           lambda x: api.autoregressive_decode(target, tp, x, **kw))
 
 
 def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: SamplingConfig,
                     max_decode_len: int, seed: int = 0, rounds: int = 3, repeats: int = 32,
-                    cache_len: int = 64, slots: Optional[int] = None) -> dict:
+                    cache_len: int = 64, slots: Optional[int] = None, **rule) -> dict:
   """One benchmark row: measured vs predicted speedup for one gamma and sampling setting.
 
   Args:
@@ -162,6 +164,8 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     repeats, cache_len: of the timed model-call loops (`timing.call_seconds`).
     slots: stream each of `batches` through this many rows that take the next input as
       they finish (refill); None: each batch is one decode of its B rows.
+    **rule: verification, draft_threshold, lenience of the speculative decode (as
+      `specjax.speculative_decode`).
 
   Returns:
     The row: alpha, tokens per call, tokens/s, speedups, the prediction, efficiency and
@@ -169,10 +173,11 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     time and traces, and for greedy rows whether the output equals the target's.
   """
   spec_fn, base_fn = decode_fns(target, tp, draft, dp, gamma, sampling, max_decode_len,
-                                seed, slots)
+                                seed, slots, **rule)
   shapes = decodes.one_per_shape(batches)
   decoders = {api.decoder_of(target, draft, gamma=gamma, max_decode_len=max_decode_len,
-                             sampling=sampling, rows=len(x), slots=slots) for x in shapes}
+                             sampling=sampling, rows=len(x), slots=slots, **rule)
+              for x in shapes}
   traces = sum(d.traces for d in decoders)
   start = time.perf_counter()
   jax.block_until_ready(spec_fn(shapes[0]))
@@ -212,6 +217,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'tokens_per_second': run['num_tokens'] / t['seconds'],
       'baseline_tokens_per_second': ref['num_tokens'] / t['baseline_seconds'],
       'iterations': run['iterations'], 'batch_size': batch, 'refill': bool(slots),
+      'drafted_per_call': float(s.drafted.sum() / max(num_calls, 1)),
       **t, 'c': costs['c'], 'v': costs['v'][gamma + 1],
       **score(t['baseline_seconds'], t['seconds'], alpha, gamma, costs,
               t['baseline_prefill_seconds'], t['prefill_seconds'], run['num_tokens'],

@@ -1,0 +1,68 @@
+"""Drafts by name for `--draft`: a model, or one of the drafts that cost nothing.
+
+- a registry name or a checkpoint: the draft model;
+- `copy`: copy from the source (`specjax.models.copy_draft`);
+- `bigram`: the target's bigram table (`--draft-checkpoint table.npz`, or the bundled one of
+  the demo pair);
+- `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional, Tuple
+
+from specjax.checkpoints.registry import ASSETS
+from specjax.models.bigram import load_table
+from specjax.models.copy_draft import CopyDraft
+from specjax.models.hybrid_draft import HybridDraft
+
+# The bigram table of each registry target that ships one.
+DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz')}
+COPY, BIGRAM, HYBRID = 'copy', 'bigram', 'copy+'
+
+
+def is_builtin(spec: str) -> bool:
+  """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME)."""
+  return spec in (COPY, BIGRAM) or spec.startswith(HYBRID)
+
+
+def model_name(spec: str) -> Optional[str]:
+  """The draft model a spec loads (NAME of copy+NAME, spec itself for a model), or None."""
+  if spec.startswith(HYBRID):
+    return spec[len(HYBRID):]
+  return None if spec in (COPY, BIGRAM) else spec
+
+
+def copy_draft(target) -> CopyDraft:
+  """The copy draft for `target`: it searches the encoder input of an encoder-decoder (a
+  decoder-only target's prompt is in the output history already)."""
+  return CopyDraft(target.vocab_size, source=bool(target.encoded_axes()),
+                   eos_id=target.eos_id, pad_id=target.pad_id)
+
+
+def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str], Tuple],
+                  table: Optional[str] = None):
+  """(draft, params) for a --draft spec.
+
+  Args:
+    spec: 'copy', 'bigram', 'copy+NAME', or a model NAME.
+    target: the loaded target (vocabulary size and special ids).
+    target_name: its --target (which bundled bigram table is its own).
+    load_model: NAME -> (model, params), the pair's loader.
+    table: --draft-checkpoint, for 'bigram'.
+
+  Raises:
+    ValueError: 'bigram' without a table for this target (names --draft-checkpoint).
+  """
+  if spec == COPY:
+    return copy_draft(target), {}
+  if spec == BIGRAM:
+    path = table or DEFAULT_BIGRAMS.get(target_name)
+    if path is None:
+      raise ValueError(f'no bigram table ships with {target_name}; build one with '
+                       'scripts/build_bigram.py and pass --draft-checkpoint TABLE.npz')
+    return load_table(path, target.vocab_size, target.eos_id, target.pad_id)
+  if spec.startswith(HYBRID):
+    model, params = load_model(spec[len(HYBRID):])
+    return HybridDraft(copy_draft(target), model), params
+  return load_model(spec)
