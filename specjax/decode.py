@@ -47,8 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'command after an interruption resumes where it stopped')
   p.add_argument('--prefix', help='task prefix added to inputs that lack it (default: '
                  '"translate English to German: " for the demo pair, none otherwise)')
-  p.add_argument('--gamma', default='4', help='draft tokens per target call (an integer, '
-                 'or "auto" to pick the best after a short calibration)')
+  p.add_argument('--gamma', default='auto', help='draft tokens per target call (an integer, '
+                 'or "auto": measure c, v(K) and alpha at this batch size, pick the gamma the '
+                 'formula predicts fastest, and fall back to the target alone (gamma 0) when '
+                 'that measures slower)')
   p.add_argument('--temperature', type=float, default=0.0, help='0 is greedy')
   p.add_argument('--top-k', type=int, default=0, help='0 keeps every token')
   p.add_argument('--top-p', type=float, default=1.0, help='1 keeps every token')
@@ -118,10 +120,17 @@ def _print_summary(s: dict) -> None:
           'decoded now')
   if not s['decoded']:
     return
-  print(f'  alpha {s["alpha"]:.3f}, {s["tokens_per_call"]:.2f} tokens per target call: '
-        f'{s["generated_tokens"]} tokens from {s["target_calls"]} per-row target calls '
-        f'({s["batched_target_calls"]} batched calls of the model)')
-  if s['speedup'] is None:
+  if s['gamma'] == 0:
+    print(f'  the target alone decoded (gamma 0): {s["generated_tokens"]} tokens from '
+          f'{s["batched_target_calls"]} batched calls of the model')
+  else:
+    print(f'  alpha {s["alpha"]:.3f}, {s["tokens_per_call"]:.2f} tokens per target call: '
+          f'{s["generated_tokens"]} tokens from {s["target_calls"]} per-row target calls '
+          f'({s["batched_target_calls"]} batched calls of the model)')
+  if s['gamma'] == 0:
+    print(f'  {s["tokens_per_second"]:.1f} tokens/s, the target alone\'s (speedup 1.00x: '
+          'speculation was not faster here)')
+  elif s['speedup'] is None:
     print(f'  {s["tokens_per_second"]:.1f} tokens/s speculative')
   else:
     print(f'  {s["tokens_per_second"]:.1f} tokens/s speculative vs '

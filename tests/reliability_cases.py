@@ -15,7 +15,8 @@ from typing import Callable, List, Optional
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / 'docs' / 'reliability.md'
 # Quick settings for every decoding case: short outputs, no target-alone comparison.
-QUICK = ['--max-decode-len', '6', '--batch-size', '2', '--no-compare', '--quiet', '--json']
+QUICK = ['--max-decode-len', '6', '--batch-size', '2', '--gamma', '3', '--no-compare', '--quiet',
+         '--json']
 
 
 @dataclasses.dataclass

@@ -67,7 +67,7 @@ def test_truncation_only_when_asked(tmp_path):
   from specjax.checkpoints.registry import DEMO_VOCAB
   long, out = tmp_path / 'long.txt', tmp_path / 'out.jsonl'
   long.write_text('open the file and save it ' * 20 + '\n')
-  args = ['--max-input-len', '16', '--json', '--quiet', '--max-decode-len', '8',
+  args = ['--max-input-len', '16', '--json', '--quiet', '--max-decode-len', '8', '--gamma', '3',
           '--no-compare']
   proc = _run_cli(['--input', str(long), '--truncate-inputs', '--output', str(out)] + args)
   assert proc.returncode == 0, proc.stderr

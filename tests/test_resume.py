@@ -13,7 +13,7 @@ import pytest
 from specjax.checkpoints.registry import ASSETS
 
 LINES = 200
-ARGS = ['--no-compare', '--quiet', '--batch-size', '16', '--max-decode-len', '8',
+ARGS = ['--no-compare', '--quiet', '--batch-size', '16', '--max-decode-len', '8', '--gamma', '3',
         '--temperature', '1', '--seed', '3', '--pad-inputs', 'max']
 
 

@@ -44,7 +44,7 @@ class DecodeJob:
   errors: str = 'strict'  # or 'replace': non-UTF-8 input bytes
   output: Optional[str] = None
   prefix: Optional[str] = None
-  gamma: object = 4  # an int >= 1, or 'auto'
+  gamma: object = 'auto'  # an int >= 1, or 'auto' (which may pick 0: the target alone)
   temperature: float = 0.0
   top_k: int = 0
   top_p: float = 1.0
@@ -144,7 +144,7 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
   def compile_once(x):  # a width's first unit compiles, untimed: it is not decode time
     if x.shape[1] not in compile_seconds:
       compile_seconds[x.shape[1]] = _timed(lambda: spec(x, len(x), ids(0)))[1]
-      if job.compare:
+      if job.compare and job.gamma != 0:
         _timed(lambda: base(x, len(x), ids(0)))
 
   totals, identical = Totals(), True
@@ -161,7 +161,9 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
       raise ValueError(error)
     totals.add(s, out.iterations, seconds)
     tokens = np.asarray(out.tokens)[:real]
-    if job.compare:
+    if job.compare and job.gamma == 0:  # the target alone decoded: it is its own baseline
+      totals.add_baseline(s.generated, seconds)
+    elif job.compare:
       ref, base_seconds = _timed(lambda: base(x, real, ids(rows.start)))
       totals.add_baseline(np.asarray(ref.lengths)[:real], base_seconds)
       if sampling.greedy:
