@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from specjax.checkpoints import t5x
+from specjax.checkpoints import t5x, t5x_orbax
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, T5Config
 
@@ -145,8 +145,10 @@ def detect_format(path: str) -> str:
 
   Returns:
     't5x' (a msgpack `checkpoint` file, a dir holding one, or a model_dir with
-    `checkpoint_<step>/` subdirs), 'hf' (config.json plus model.safetensors or
-    pytorch_model.bin) or 'orbax' (written by `save_params`, or any orbax checkpoint).
+    `checkpoint_<step>/` subdirs), 't5x_orbax' (current T5X: `checkpoint_<step>/state/`,
+    the checkpoint_<step> or state dir, or a model_dir of them), 'hf' (config.json plus
+    model.safetensors or pytorch_model.bin) or 'orbax' (written by `save_params`, or any
+    orbax checkpoint).
 
   Raises:
     FileNotFoundError: `path` does not exist.
@@ -168,13 +170,15 @@ def detect_format(path: str) -> str:
     return 't5x'
   if 'config.json' in names and any(w in names for w in _HF_WEIGHTS):
     return 'hf'
+  if CONFIG_FILE not in names and t5x_orbax.find_state_dir(path):
+    return 't5x_orbax'
   if any(m in names for m in _ORBAX_MARKERS):
     return 'orbax'
   if t5x.find_steps(path):
     return 't5x'
   raise ValueError(
       f'cannot tell the checkpoint format of {path}: pass a T5X checkpoint (a msgpack '
-      '"checkpoint" file or checkpoint_<step>/ dirs), a Hugging Face dir (config.json + '
+      '"checkpoint" file, checkpoint_<step>/ dirs or their state/), a Hugging Face dir (config.json + '
       'model.safetensors or pytorch_model.bin) or a dir written by save_params')
 
 
@@ -236,8 +240,9 @@ def load_params_orbax(path: str, abstract_params: Optional[PyTree] = None) -> Py
 def _read_checkpoint(fmt: str, path: str, config: Optional[T5Config]
                      ) -> Tuple[T5Config, PyTree]:
   """(config, params) from a checkpoint; `config` None means the checkpoint's own."""
-  if fmt == 't5x':
-    params = t5x.read_t5x_checkpoint(path)
+  if fmt in ('t5x', 't5x_orbax'):
+    read = t5x.read_t5x_checkpoint if fmt == 't5x' else t5x_orbax.read_t5x_orbax
+    params = read(path)
     return config or config_from_params(params), params
   if fmt == 'hf':
     from specjax.checkpoints import hf_t5  # pylint: disable=g-import-not-at-top
@@ -263,7 +268,7 @@ def load_model(name_or_config: Union[str, T5Config, None] = None,
       checkpoint (HF config.json, the specjax.json of `save_params`, or the shapes of a
       T5X tree).
     checkpoint: a T5X model_dir / checkpoint_<step> dir / checkpoint file (local or gs://),
-      a Hugging Face dir, or an orbax dir from `save_params`; None gives random params
+      a T5X Orbax model_dir / checkpoint_<step> dir / its state dir, a Hugging Face dir, or an orbax dir from `save_params`; None gives random params
       from `model.init(jax.random.PRNGKey(0))`.
     dtype: the activation (and cache) dtype, e.g. 'bfloat16'; sets `config.dtype`.
     shardings: optional tree of `jax.sharding.Sharding` matching the params; by default
