@@ -1,0 +1,233 @@
+"""SpeculativeEncoderDecoderModel: T5X's EncoderDecoderModel that predicts speculatively.
+
+T5X's cached decode feeds one token per call, so a T5X `decode_fn` cannot verify gamma
+draft tokens at once. This subclass overrides `predict_batch_with_aux` instead (the pattern
+of t5x/contrib/calm) and runs specjax's decode on T5X's own params: a T5X T5 (the examples
+network, or flaxformer's unscanned T5 1.1) has exactly the param tree of
+`specjax.models.t5.T5`. The draft's params live in the same tree under `DRAFT_KEY`, so
+T5X's partitioner shards them with its rules; `specjax.t5x.restore.fill_draft` fills them
+from the draft's checkpoint when a target-only checkpoint is restored. Training, scoring
+and evaluation losses are the parent's, on the target alone. Shape letters: B examples,
+N decodes per example, S input length, L decoder length.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, MutableMapping, Optional, Tuple
+
+import flax
+import jax
+import jax.numpy as jnp
+from flax import traverse_util
+from flax.linen import partitioning as flax_partitioning
+from t5x import decoding as t5x_decoding
+from t5x import models
+
+from specjax import checkpoints
+from specjax.models.t5 import T5
+from specjax.t5x import decoding, restore
+
+PyTree = Any
+DRAFT_KEY = restore.DRAFT_KEY
+_SAMPLING_KEYS = ('temperature', 'topk', 'topp')
+
+
+def specjax_t5(module, params: PyTree) -> T5:
+  """The specjax T5 that computes what the T5X module `module` computes with `params`.
+
+  Sizes come from the params' shapes; activation dtype, MLP activations and tied logits from
+  the module's config where it has one (t5x/examples/t5 `T5Config`).
+
+  Raises:
+    ValueError: a scanned module (its params are stacked per layer).
+  """
+  if getattr(module, 'scan_layers', False):
+    raise ValueError('scanned T5X modules (scan_layers=True) are not supported; use an '
+                     'unscanned T5 (t5x/examples/t5 or flaxformer t5_1_1)')
+  config = checkpoints.config_from_params(params)
+  t5x_config = getattr(module, 'config', None)
+  changes = {}
+  dtype = getattr(t5x_config, 'dtype', None) or getattr(module, 'dtype', None)
+  if dtype is not None:
+    changes['dtype'] = jnp.dtype(dtype).name
+  for field in ('mlp_activations', 'logits_via_embedding'):
+    if hasattr(t5x_config, field):
+      value = getattr(t5x_config, field)
+      changes[field] = tuple(value) if field == 'mlp_activations' else bool(value)
+  return T5(config.replace(**changes))
+
+
+def axes_collection(param_axes: PyTree) -> PyTree:
+  """specjax's logical axes ({..., 'kernel': ('embed', 'mlp')}) as flax's `params_axes`
+  collection ({..., 'kernel_axes': AxisMetadata(names=('embed', 'mlp'))}), which T5X's
+  partitioner reads."""
+  flat = traverse_util.flatten_dict(param_axes, is_leaf=lambda _, x: isinstance(x, tuple))
+  return traverse_util.unflatten_dict({
+      key[:-1] + (f'{key[-1]}_axes',): flax_partitioning.AxisMetadata(names=tuple(axes))
+      for key, axes in flat.items()})
+
+
+class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
+  """T5X's EncoderDecoderModel whose predictions are specjax's speculative decode.
+
+  Same constructor as EncoderDecoderModel (its `decode_fn` is unused), plus:
+    draft_module: the draft's T5X network module (gin-configured like the target's); None
+      builds a specjax T5 of the draft checkpoint's architecture instead.
+    draft_checkpoint_path: the draft's checkpoint (T5X msgpack + zarr or Orbax, Hugging
+      Face, specjax), read when T5X restores a checkpoint without the draft
+      (`specjax.t5x.restore.fill_draft`) and, without draft_module, for its shapes.
+    gamma: draft tokens per target call.
+    temperature, topk, topp: the sampling defaults, T5X's conventions (temperature at most
+      1e-4 is greedy; topk 0 and topp 0 keep every token); `decoder_params` override them.
+  """
+
+  def __init__(self, module, input_vocabulary, output_vocabulary, optimizer_def,
+               decode_fn=t5x_decoding.temperature_sample, feature_converter_cls=None,
+               label_smoothing: float = 0.0, z_loss: float = 0.0,
+               loss_normalizing_factor=None, default_decoder_params=None, *,
+               draft_module=None, draft_checkpoint_path: Optional[str] = None,
+               gamma: int = 4, temperature: float = 0.0, topk: int = 0, topp: float = 0.0):
+    super().__init__(module, input_vocabulary, output_vocabulary, optimizer_def,
+                     decode_fn=decode_fn, feature_converter_cls=feature_converter_cls,
+                     label_smoothing=label_smoothing, z_loss=z_loss,
+                     loss_normalizing_factor=loss_normalizing_factor,
+                     default_decoder_params=default_decoder_params)
+    if draft_module is None and draft_checkpoint_path is None:
+      raise ValueError('SpeculativeEncoderDecoderModel needs a draft: set '
+                       'draft_checkpoint_path (DRAFT_CHECKPOINT_PATH in gin) or draft_module')
+    if not isinstance(gamma, int) or gamma < 1:
+      raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), '
+                       f'got {gamma!r}')
+    self.draft_module = draft_module
+    self.draft_checkpoint_path = draft_checkpoint_path
+    self.gamma = gamma
+    self.sampling_defaults = dict(temperature=temperature, topk=topk, topp=topp)
+
+  # ------------------------------------------------------------------- params and models
+
+  def _draft_variables(self, rng, input_shapes, input_types) -> Mapping[str, PyTree]:
+    """The draft's initial {'params', 'params_axes'}."""
+    if self.draft_module is not None:
+      plain = models.EncoderDecoderModel(self.draft_module, self.input_vocabulary,
+                                         self.output_vocabulary, optimizer_def=None)
+      return flax.core.unfreeze(plain.get_initial_variables(rng, input_shapes, input_types))
+    config, _ = restore.read_draft(self.draft_checkpoint_path)
+    draft = T5(config)
+    return {'params': draft.init(rng), 'params_axes': axes_collection(draft.param_axes())}
+
+  def get_initial_variables(self, rng, input_shapes, input_types=None):
+    """The target's initial variables with the draft's added under `DRAFT_KEY`."""
+    variables = flax.core.unfreeze(super().get_initial_variables(rng, input_shapes,
+                                                                 input_types))
+    draft = self._draft_variables(jax.random.fold_in(rng, 1), input_shapes, input_types)
+    variables['params'][DRAFT_KEY] = draft['params']
+    if 'params_axes' in variables:
+      variables['params_axes'][DRAFT_KEY] = draft['params_axes']
+    return flax.core.freeze(variables)
+
+  def specjax_models(self, params: PyTree) -> Tuple[T5, T5]:
+    """(target, draft) as specjax T5 models, from the shapes of a params tree."""
+    target_params, draft_params = decoding.split_params(params, DRAFT_KEY)
+    target = specjax_t5(self.module, target_params)
+    if self.draft_module is not None:
+      draft = specjax_t5(self.draft_module, draft_params)
+    else:  # the draft computes in the target's activation dtype
+      draft = T5(specjax_t5(None, draft_params).config.replace(dtype=target.config.dtype))
+    return target, draft
+
+  def _compute_logits(self, params, batch, dropout_rng=None, mutable=False,
+                      other_variables=None):
+    """The parent's (training, scoring, eval loss), on the target's params alone."""
+    if DRAFT_KEY in params:
+      params = decoding.split_params(params, DRAFT_KEY)[0]
+    return super()._compute_logits(params, batch, dropout_rng=dropout_rng, mutable=mutable,
+                                   other_variables=other_variables)
+
+  # -------------------------------------------------------------------------- predict
+
+  def predict_batch_with_aux(
+      self, params: PyTree, batch: Mapping[str, jnp.ndarray], rng: Optional[jax.Array] = None,
+      decoder_params: Optional[MutableMapping[str, Any]] = None,
+      return_all_decodes: Optional[bool] = None, num_decodes: Optional[int] = None,
+      prompt_with_targets: bool = False) -> Tuple[jnp.ndarray, Mapping[str, jnp.ndarray]]:
+    """Predicts speculatively: the target's own output (greedy) or distribution (sampled).
+
+    Args:
+      params: the model's params, the draft's under `DRAFT_KEY`.
+      batch: T5X's batch: `encoder_input_tokens` [B, S] and `decoder_input_tokens` [B, L]
+        (only its length L is used).
+      rng: the decode's PRNG key (as `decoder_params['decode_rng']`).
+      decoder_params: T5X's run-time decoder params: temperature (scalar or [B]), topk,
+        topp, eos_id, decode_rng.
+      return_all_decodes: return all N decodes per example (default from
+        `default_decoder_params`).
+      num_decodes: N samples per example.
+      prompt_with_targets: not supported (raises).
+
+    Returns:
+      (decodes, aux): decodes [B, N, L] sorted by score, best last (or [B, L], the best,
+      without return_all_decodes); aux 'scores' ([B, N] or [B]: the target's
+      log-probability of each decode) and per-example [B] 'alpha', 'tokens_per_call' and
+      'target_calls'.
+
+    Raises:
+      ValueError: prompt_with_targets, an rng given twice, or decoder params that
+        speculative decoding does not take (one line each).
+    """
+    if prompt_with_targets:
+      raise ValueError('prompt_with_targets is not supported by speculative prediction; '
+                       'use EncoderDecoderModel for forced decoder prompts')
+    if return_all_decodes is None:
+      return_all_decodes = self._default_decoder_params.return_all_decodes
+    if num_decodes is None:
+      num_decodes = self._default_decoder_params.num_decodes
+    decoder_params = dict(decoder_params or {})
+    if rng is not None:
+      if decoder_params.get('decode_rng') is not None:
+        raise ValueError('got an rng both as `rng` and as decoder_params["decode_rng"]; '
+                         'pass one')
+      decoder_params['decode_rng'] = rng
+    knobs = {k: decoder_params.pop(k, v) for k, v in self.sampling_defaults.items()}
+    eos_id = decoder_params.pop('eos_id', self.output_vocabulary.eos_id or 1)
+    decode_rng = decoder_params.pop('decode_rng', None)
+    if decoder_params:
+      raise ValueError(f'decoder params {sorted(decoder_params)} are not supported by '
+                       f'speculative prediction; pass only {", ".join(_SAMPLING_KEYS)}, '
+                       'eos_id and decode_rng')
+    target, draft = self.specjax_models(params)
+    target_params, draft_params = decoding.split_params(params, DRAFT_KEY)
+    prediction = decoding.predict(
+        target, target_params, draft, draft_params, batch['encoder_input_tokens'],
+        max_decode_len=batch['decoder_input_tokens'].shape[1], gamma=self.gamma,
+        num_decodes=num_decodes, sampling=decoding.sampling_from_t5x(
+            num_decodes=num_decodes, **knobs),
+        rng=decode_rng, eos_id=int(eos_id))
+    aux = dict(prediction.aux)
+    if return_all_decodes:
+      aux['scores'] = prediction.scores
+      return prediction.decodes, aux
+    aux['scores'] = prediction.scores[:, -1]
+    return prediction.decodes[:, -1, :], aux
+
+
+def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
+               draft_checkpoint_path: Optional[str] = None, gamma: int = 4,
+               temperature: float = 0.0, topk: int = 0, topp: float = 0.0
+               ) -> SpeculativeEncoderDecoderModel:
+  """The speculative version of a configured EncoderDecoderModel: the same module,
+  vocabularies, optimizer, losses, feature converter and default decoder params (what
+  `specjax/t5x/configs/speculative.gin` wraps any T5 model gin's MODEL with).
+
+  Args:
+    model: the target's EncoderDecoderModel, as its gin file builds it.
+    draft_module, draft_checkpoint_path, gamma, temperature, topk, topp: as
+      SpeculativeEncoderDecoderModel.
+  """
+  return SpeculativeEncoderDecoderModel(
+      model.module, model.input_vocabulary, model.output_vocabulary, model.optimizer_def,
+      decode_fn=model.decode_fn, feature_converter_cls=model.FEATURE_CONVERTER_CLS,
+      label_smoothing=getattr(model, '_label_smoothing', 0.0),
+      z_loss=getattr(model, '_z_loss', 0.0),
+      loss_normalizing_factor=getattr(model, '_loss_normalizing_factor', None),
+      default_decoder_params=getattr(model, '_default_decoder_params', None),
+      draft_module=draft_module, draft_checkpoint_path=draft_checkpoint_path, gamma=gamma,
+      temperature=temperature, topk=topk, topp=topp)
