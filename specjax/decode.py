@@ -14,6 +14,7 @@ import jax
 from tqdm import tqdm
 
 from specjax.parallel import mesh as mesh_lib
+from specjax.job import task_data
 from specjax.job.decode_job import DecodeJob, run
 from specjax.job.output import open_output
 
@@ -42,6 +43,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                  '"inputs" string, else one text per line')
   p.add_argument('--errors', default='strict', choices=('strict', 'replace'),
                  help='input bytes that are not UTF-8: stop naming the line, or replace them')
+  p.add_argument('--task', help='decode a seqio Task\'s split instead of --input, and '
+                 'report its metrics (e.g. specjax_demo_ende; needs seqio)')
+  p.add_argument('--split', default='test', help='the --task split to decode')
   p.add_argument('--output', help='write one JSON line per input, in input order, as each '
                  'batch finishes (inputs, input_line, prediction, stats); rerunning the same '
                  'command after an interruption resumes where it stopped')
@@ -99,6 +103,7 @@ def _job(args: argparse.Namespace) -> DecodeJob:
       target=args.target, draft=args.draft, target_checkpoint=args.target_checkpoint,
       draft_checkpoint=args.draft_checkpoint, vocab=args.vocab, draft_vocab=args.draft_vocab,
       input=args.input, input_format=args.input_format, errors=args.errors,
+      task=args.task, split=args.split,
       output=args.output, prefix=args.prefix, gamma=gamma,
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
       batch_size=args.batch_size, max_input_len=args.max_input_len,
@@ -141,6 +146,10 @@ def _print_summary(s: dict) -> None:
         f'compilation{"s" if len(widths) > 1 else ""}, {s["compile_seconds"]:.1f} s')
   if s['identical_to_target'] is not None:
     print(f'  identical to the target\'s own greedy output: {s["identical_to_target"]}')
+  for name, value in (s.get('metrics') or {}).get('speculative', {}).items():
+    alone = s['metrics'].get('target', {}).get(name)
+    print(f'  {name} {value:.2f} speculative, '
+          f'{"n/a" if alone is None else format(alone, ".2f")} target alone')
 
 
 def main(argv=None) -> int:
@@ -153,11 +162,17 @@ def main(argv=None) -> int:
     job.progress = job.progress and primary
     output = open_output(job.output) if primary else None
 
+    records = []
+
     def on_record(record):
+      if job.task:
+        records.append(record)
       if not args.json and not args.quiet and primary:
         tqdm.write(f'{record["inputs"]}\n  -> {record["prediction"]}')  # above the bar
 
     summary = run(job, on_record, output)
+    if job.task and primary:
+      summary['metrics'] = task_data.record_metrics(job.task, records)
   except (ValueError, FileNotFoundError, OSError) as e:
     print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
     return 2

@@ -16,7 +16,7 @@ import numpy as np
 from specjax.checkpoints.registry import DEMO_PREFIX
 from specjax.core import api
 from specjax.core.sampling import SamplingConfig
-from specjax.job import calibrate
+from specjax.job import calibrate, task_data
 from specjax.job.fingerprint import run_fingerprint
 from specjax.job.inputs import batches, pad_to_bucket, tokenize
 from specjax.job.output import JsonlOutput
@@ -42,6 +42,8 @@ class DecodeJob:
   input: Optional[str] = None
   input_format: str = 'auto'  # or 'text', 'jsonl' (specjax.job.reader.INPUT_FORMATS)
   errors: str = 'strict'  # or 'replace': non-UTF-8 input bytes
+  task: Optional[str] = None  # a seqio Task's split instead of --input (needs seqio)
+  split: str = 'test'
   output: Optional[str] = None
   prefix: Optional[str] = None
   gamma: object = 'auto'  # an int >= 1, or 'auto' (which may pick 0: the target alone)
@@ -104,7 +106,8 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
   prefix = job.prefix if job.prefix is not None else (
       DEMO_PREFIX if job.target.startswith('demo_') else '')
   # Inputs first: a bad input file fails at once, not after minutes of loading weights.
-  examples, input_sha256 = read_inputs(job.input, prefix, job.input_format, job.errors)
+  examples, input_sha256 = (task_data.read_task(job.task, job.split) if job.task else
+                            read_inputs(job.input, prefix, job.input_format, job.errors))
   target, tp, draft, dp, vocab = load_pair(job, mesh)
   sampling.validate(target.vocab_size)
   inputs, truncated = tokenize(vocab, [e['inputs'] for e in examples], job.max_input_len,
@@ -173,6 +176,8 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
       record.update(prediction=vocab.decode(tokens[i]), num_tokens=int(s.generated[i]),
                     target_calls=int(s.target_calls[i]), accepted=int(s.accepted[i]),
                     drafted=int(s.drafted[i]))
+      if job.compare and job.task:  # the task's metrics of the target alone read it
+        record['target_prediction'] = vocab.decode(np.asarray(ref.tokens)[i])
       if output is not None:
         output.write(record)
       if on_record:
