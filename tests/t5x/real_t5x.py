@@ -1,0 +1,63 @@
+"""What the tests of specjax inside real T5X share: the t5x requirement, running T5X's own
+commands, and tiny models built from T5X's examples network.
+
+The tests here need real t5x (`bash ../shared/t5x/install.sh` in a separate virtual
+environment). Where t5x is not importable they skip, unless SPECJAX_REQUIRE_T5X is set (as
+the CI stage that installs t5x sets it): then a missing t5x fails them.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+GIN = REPO / 'tests' / 't5x' / 'gin'
+REQUIRE_ENV = 'SPECJAX_REQUIRE_T5X'
+
+
+def require_t5x():
+  """Skips the calling test module without t5x and seqio; fails it when they are required."""
+  if os.environ.get(REQUIRE_ENV):
+    import seqio  # pylint: disable=import-outside-toplevel,unused-import
+    import t5x.models  # pylint: disable=import-outside-toplevel,unused-import
+    return
+  pytest.importorskip('t5x.models', reason='needs real t5x: bash ../shared/t5x/install.sh')
+  pytest.importorskip('seqio', reason='needs seqio (installed with t5x)')
+
+
+def env() -> dict:
+  """The environment of a child process: CPU, quiet TensorFlow, the repository importable."""
+  out = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', JAX_PLATFORMS='cpu')
+  out['PYTHONPATH'] = os.pathsep.join([str(REPO)] + [p for p in [os.environ.get(
+      'PYTHONPATH')] if p])
+  return out
+
+
+def run_module(module: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+  """`python -m module args...` from the repository root; fails the test with the tail of
+  its output when it exits non-zero."""
+  proc = subprocess.run([sys.executable, '-m', module, *args], cwd=REPO, env=env(),
+                        capture_output=True, text=True, timeout=timeout)
+  assert proc.returncode == 0, (proc.stdout[-3000:] + proc.stderr[-6000:])
+  return proc
+
+
+def run_t5x(command: str, gin_files, **bindings) -> subprocess.CompletedProcess:
+  """`python -m t5x.<command>` with gin files (relative to the repository) and string or
+  raw bindings (values already in gin syntax)."""
+  args = [f'--gin_search_paths={REPO}'] + [f'--gin_file={f}' for f in gin_files]
+  args += [f'--gin.{k}={v}' for k, v in bindings.items()]
+  return run_module(f't5x.{command}', *args)
+
+
+def quoted(path) -> str:
+  """A path as a gin string literal."""
+  return json.dumps(str(path))
+
+
+def read_jsonl(path) -> list:
+  with open(path, encoding='utf-8') as f:
+    return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,63 @@
+"""Unchanged T5X commands with the speculative gin include: `python -m t5x.infer` writes the
+predictions of T5X's own greedy temperature_sample on the same target, with speculative
+aux values; `python -m t5x.eval` reports the same BLEU for both."""
+import glob
+
+import real_t5x
+
+real_t5x.require_t5x()
+
+TARGET_GIN = 'tests/t5x/gin/tiny_target.gin'
+SPECULATIVE_GIN = 'specjax/t5x/configs/speculative.gin'
+GREEDY_GIN = 'tests/t5x/gin/greedy.gin'
+
+
+def _checkpoint(trained):
+  return trained['target'] / 'checkpoint_150'
+
+
+def _only(pattern):
+  paths = glob.glob(pattern)
+  assert len(paths) == 1, (pattern, paths)
+  return paths[0]
+
+
+def test_infer_predictions_equal_t5x_greedy(trained, tmp_path):
+  greedy, spec = tmp_path / 'greedy', tmp_path / 'speculative'
+  common = dict(CHECKPOINT_PATH=real_t5x.quoted(_checkpoint(trained)))
+  real_t5x.run_t5x('infer', [TARGET_GIN, GREEDY_GIN, 'tests/t5x/gin/infer.gin'],
+                   INFER_OUTPUT_DIR=real_t5x.quoted(greedy), **common)
+  # The draft as its whole model dir (load_model takes the latest step).
+  real_t5x.run_t5x('infer', [TARGET_GIN, SPECULATIVE_GIN, 'tests/t5x/gin/infer.gin'],
+                   INFER_OUTPUT_DIR=real_t5x.quoted(spec),
+                   DRAFT_CHECKPOINT_PATH=real_t5x.quoted(trained['draft']),
+                   **{'infer.mode': '"predict_with_aux"'}, **common)
+  ref = real_t5x.read_jsonl(_only(f'{greedy}/*-predict.jsonl-00000-of-00001'))
+  got = real_t5x.read_jsonl(_only(f'{spec}/*-predict_with_aux.jsonl-00000-of-00001'))
+  assert len(ref) == len(got) == 500
+  assert [r['inputs'] for r in got] == [r['inputs'] for r in ref]
+  assert [r['prediction'] for r in got] == [r['prediction'] for r in ref]
+  assert len({r['prediction'] for r in ref}) > 50  # the target says different things
+  aux = [r['aux'] for r in got]
+  assert all(0.0 <= a['alpha'] <= 1.0 and a['target_calls'] >= 1 and a['scores'] < 0
+             for a in aux)
+  assert all(1.0 <= a['tokens_per_call'] <= 5.0 for a in aux)  # GAMMA 4: at most 5
+  assert sum(a['alpha'] for a in aux) / len(aux) > 0.1  # the trained draft is being used
+
+
+def test_eval_reports_the_same_bleu(trained, tmp_path):
+  results = {}
+  for name, gins, extra in (
+      ('greedy', [TARGET_GIN, GREEDY_GIN], {}),
+      ('speculative', [TARGET_GIN, SPECULATIVE_GIN],
+       {'DRAFT_CHECKPOINT_PATH': real_t5x.quoted(trained['draft'] / 'checkpoint_150')})):
+    out = tmp_path / name
+    real_t5x.run_t5x('eval', gins + ['tests/t5x/gin/eval.gin'],
+                     CHECKPOINT_PATH=real_t5x.quoted(_checkpoint(trained)),
+                     EVAL_OUTPUT_DIR=real_t5x.quoted(out), **extra)
+    metrics = real_t5x.read_jsonl(_only(f'{out}/inference_eval/*-metrics.jsonl'))
+    outputs = real_t5x.read_jsonl(_only(f'{out}/inference_eval/specjax_demo_ende-*[0-9].jsonl'))
+    results[name] = (metrics[-1]['bleu'], [o['prediction'] for o in outputs])
+  assert results['speculative'][0] == results['greedy'][0]
+  assert results['speculative'][1] == results['greedy'][1]
+  assert len(results['greedy'][1]) == 500

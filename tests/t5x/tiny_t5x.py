@@ -1,0 +1,82 @@
+"""Tiny T5X models in process (T5X's examples network, a 32-token pass-through vocabulary):
+a target, a draft, the speculative model over both, random params and batches."""
+import functools
+
+import flax
+
+import jax
+import numpy as np
+import seqio
+from t5x import decoding as t5x_decoding
+from t5x import models
+from t5x.examples.t5 import network
+
+from specjax.t5x import model as speculative
+
+VOCAB_SIZE, EOS = 32, 1
+VOCAB = seqio.PassThroughVocabulary(size=VOCAB_SIZE, eos_id=EOS)
+
+
+def module(emb_dim, num_heads, layers, head_dim, mlp_dim):
+  return network.Transformer(network.T5Config(
+      vocab_size=VOCAB_SIZE, dtype='float32', emb_dim=emb_dim, num_heads=num_heads,
+      num_encoder_layers=layers, num_decoder_layers=layers, head_dim=head_dim,
+      mlp_dim=mlp_dim, mlp_activations=('gelu', 'linear'), dropout_rate=0.0,
+      logits_via_embedding=False))
+
+
+TARGET = module(16, 4, 2, 4, 32)
+DRAFT = module(8, 4, 1, 2, 16)
+
+
+def speculative_model(gamma=3):
+  return speculative.SpeculativeEncoderDecoderModel(TARGET, VOCAB, VOCAB, None,
+                                                    draft_module=DRAFT, gamma=gamma)
+
+
+def greedy_model():
+  """T5X's own model on the same target, decoding with greedy temperature_sample."""
+  return models.EncoderDecoderModel(TARGET, VOCAB, VOCAB, None, decode_fn=functools.partial(
+      t5x_decoding.temperature_sample, temperature=0.0))
+
+
+def shapes(batch, input_len, decode_len):
+  out = {'encoder_input_tokens': (batch, input_len)}
+  out.update({k: (batch, decode_len) for k in ('decoder_input_tokens',
+                                                 'decoder_target_tokens',
+                                                 'decoder_loss_weights')})
+  return out, {k: np.int32 for k in out}
+
+
+def params(model, seed=0, eos_bias=1.0):
+  """Random params of target and draft; EOS favoured so that rows end at different steps."""
+  shape, types = shapes(2, 8, 8)
+  p = jax.device_get(jax.tree.map(np.asarray, dict(model.get_initial_variables(
+      jax.random.PRNGKey(seed), shape, types)['params'])))
+  p = jax.tree.map(np.array, p)
+  for tree in (p, p['draft']):
+    tree['decoder']['logits_dense']['kernel'][:, EOS] += eos_bias
+  return p
+
+
+def batch(size, input_len, decode_len, seed=0):
+  """Encoder inputs of different lengths, zero decoder inputs (their width is L)."""
+  rng = np.random.default_rng(seed)
+  inputs = rng.integers(2, VOCAB_SIZE, (size, input_len)).astype(np.int32)
+  for row in range(size):
+    inputs[row, rng.integers(2, input_len + 1):] = 0
+  zeros = np.zeros((size, decode_len), np.int32)
+  return {'encoder_input_tokens': inputs, 'decoder_input_tokens': zeros,
+          'decoder_target_tokens': zeros, 'decoder_loss_weights': zeros}
+
+
+def inference_state(t5x_module, module_params):
+  """T5X's InferenceState of a module holding `module_params` (and its params_axes), as
+  T5X's checkpointers save it."""
+  from t5x import train_state as train_state_lib  # pylint: disable=import-outside-toplevel
+  plain = models.EncoderDecoderModel(t5x_module, VOCAB, VOCAB, None)
+  shape, types = shapes(2, 8, 8)
+  variables = flax.core.unfreeze(jax.eval_shape(
+      lambda: plain.get_initial_variables(jax.random.PRNGKey(0), shape, types)))
+  variables['params'] = module_params
+  return train_state_lib.InferenceState.create(variables)
