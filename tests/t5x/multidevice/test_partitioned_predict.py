@@ -1,0 +1,85 @@
+"""predict_batch_with_aux under T5X's own partitioner on 8 simulated CPU devices: the params,
+the draft's included, are sharded by T5X's rules, and the decodes and scores equal the
+unsharded ones. Its own pytest process (the device count is fixed when jax starts)."""
+import functools
+import os
+
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                           ' --xla_force_host_platform_device_count=8')
+
+import real_t5x  # pylint: disable=wrong-import-position
+
+real_t5x.require_t5x()
+
+import flax  # pylint: disable=wrong-import-position
+import jax  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+import pytest  # pylint: disable=wrong-import-position
+from t5x import partitioning  # pylint: disable=wrong-import-position
+from t5x import utils  # pylint: disable=wrong-import-position
+
+import tiny_t5x  # pylint: disable=wrong-import-position
+
+B, S, L = 8, 8, 10
+RNG = jax.random.PRNGKey(4)
+SETTINGS = {'greedy': (1, {}), 'sampled': (2, {'temperature': 1.0})}
+
+
+class MeshPartitioner(partitioning.PjitPartitioner):
+  """T5X's PjitPartitioner on the ('data', 'model') mesh num_partitions makes on GPUs
+  (T5X's get_gpu_mesh): on CPU, T5X's default mesh puts every device on 'model' whatever
+  num_partitions says."""
+
+  def __init__(self, num_partitions: int):
+    super().__init__(num_partitions=num_partitions)
+    self.num_model = num_partitions
+
+  @functools.cached_property
+  def mesh(self):
+    return partitioning.get_gpu_mesh(self.num_model)
+
+
+@pytest.fixture(scope='module')
+def setup():
+  assert jax.device_count() == 8
+  model = tiny_t5x.speculative_model()
+  params = flax.core.freeze(tiny_t5x.params(model, seed=5))  # as T5X holds them
+  return model, params, tiny_t5x.batch(B, S, L, seed=6)
+
+
+def _predict(model, setting):
+  num_decodes, decoder_params = SETTINGS[setting]
+  return functools.partial(model.predict_batch_with_aux, num_decodes=num_decodes,
+                           return_all_decodes=True, decoder_params=decoder_params)
+
+
+@pytest.fixture(scope='module')
+def unsharded(setup):
+  model, params, batch = setup
+  return {s: jax.device_get(jax.jit(_predict(model, s))(params, batch, RNG)) for s in SETTINGS}
+
+
+@pytest.mark.parametrize('num_partitions', [2, 4])
+@pytest.mark.parametrize('setting', list(SETTINGS))
+def test_partitioned_equals_unsharded(setup, unsharded, num_partitions, setting):
+  model, params, batch = setup
+  partitioner = MeshPartitioner(num_partitions)
+  assert dict(partitioner.mesh.shape) == {'data': 8 // num_partitions, 'model': num_partitions}
+  shapes, types = tiny_t5x.shapes(B, S, L)
+  init = utils.TrainStateInitializer(None, model.get_initial_variables, shapes, partitioner,
+                                     types)
+  axes = init.train_state_axes.params
+  placed = partitioner.partition(lambda p: p, in_axis_resources=None,
+                                 out_axis_resources=axes)(params)
+  draft_logits = placed['draft']['decoder']['logits_dense']['kernel']
+  assert 'model' in tuple(draft_logits.sharding.spec)  # the draft is sharded by T5X's rules
+  assert len(draft_logits.sharding.device_set) == 8
+  predict = partitioner.partition(
+      _predict(model, setting), in_axis_resources=(axes, partitioner.data_partition_spec, None),
+      out_axis_resources=None)
+  decodes, aux = jax.device_get(predict(placed, batch, RNG))
+  ref_decodes, ref_aux = unsharded[setting]
+  np.testing.assert_array_equal(decodes, ref_decodes)
+  np.testing.assert_allclose(aux['scores'], ref_aux['scores'], atol=1e-5)
+  np.testing.assert_array_equal(aux['target_calls'], ref_aux['target_calls'])
+  assert decodes.shape == (B, SETTINGS[setting][0], L)

@@ -1,0 +1,75 @@
+"""The seqio task path: `python -m specjax.decode --task` and `python -m specjax.evaluate` on
+the demo task's test split with the bundled demo pair print the same BLEU for the
+speculative decode and the target alone; the task's tokens are the decode's tokens."""
+import re
+
+import numpy as np
+
+import real_t5x
+
+real_t5x.require_t5x()
+
+from specjax import checkpoints  # pylint: disable=wrong-import-position
+from specjax import tasks  # pylint: disable=wrong-import-position
+from specjax.checkpoints.registry import DEMO_VOCAB  # pylint: disable=wrong-import-position
+from specjax.job import task_data  # pylint: disable=wrong-import-position
+
+TASK = tasks.DEMO_TASK
+
+
+def test_task_tokens_are_the_decode_tokens():
+  task = tasks.get_task(TASK)
+  vocab = checkpoints.load_vocab(DEMO_VOCAB)
+  examples = list(task.get_dataset(sequence_length=None, split='test', shuffle=False)
+                  .as_numpy_iterator())
+  assert len(examples) == 500
+  for ex in examples:
+    text = ex['inputs_pretokenized'].decode()
+    assert text.startswith('translate English to German: ')
+    np.testing.assert_array_equal(ex['inputs'], vocab.encode(text) + [1])
+  assert [e['inputs'] for e in task_data.read_task(TASK, 'test', 3)] == [
+      e['inputs_pretokenized'].decode() for e in examples[:3]]
+
+
+def _bleu_lines(stdout):
+  return re.findall(r'bleu ([0-9.]+) speculative, ([0-9.]+) target alone', stdout)
+
+
+def test_decode_task_prints_equal_bleu(tmp_path):
+  out = tmp_path / 'out.jsonl'
+  proc = real_t5x.run_module('specjax.decode', '--task', TASK, '--split', 'test', '--quiet',
+                             '--batch-size', '32', '--output', str(out))
+  (spec, alone), = _bleu_lines(proc.stdout)
+  assert spec == alone and float(spec) > 10.0  # the demo pair translates
+  assert 'identical to the target\'s own greedy output: True' in proc.stdout
+  records = real_t5x.read_jsonl(out)
+  assert len(records) == 500
+  assert all(r['prediction'] == r['target_prediction'] for r in records)
+  metrics = task_data.record_metrics(TASK, records)
+  assert f'{metrics["speculative"]["bleu"]:.2f}' == spec
+
+
+def test_evaluate_reports_equal_metrics_through_seqio_evaluator():
+  text = real_t5x.run_module('specjax.evaluate', '--task', TASK, '--split', 'test',
+                             '--batch-size', '32').stdout
+  assert re.search(r'specjax_demo_ende test: 500 examples', text)
+  (spec, alone), = _bleu_lines(text)
+  assert spec == alone and float(spec) > 10.0
+  alpha, per_call = map(float, re.search(r'alpha ([0-9.]+), ([0-9.]+) tokens per target call',
+                                         text).groups())
+  assert 0.0 < alpha <= 1.0 and per_call > 1.0
+  assert re.search(r'speedup [0-9.]+x', text)
+
+
+def test_task_errors_are_one_line():
+  proc = real_t5x.subprocess.run(
+      [real_t5x.sys.executable, '-m', 'specjax.decode', '--task', 'no_such_task', '--quiet'],
+      cwd=real_t5x.REPO, env=real_t5x.env(), capture_output=True, text=True, timeout=600)
+  err = proc.stderr.strip().splitlines()[-1]
+  assert proc.returncode == 2 and err.startswith('error: unknown task') and 'pass one of' in err
+  proc = real_t5x.subprocess.run(
+      [real_t5x.sys.executable, '-m', 'specjax.evaluate', '--task', 'wmt_t2t_ende_v003'],
+      cwd=real_t5x.REPO, env=dict(real_t5x.env(), TFDS_DATA_DIR='/nonexistent'),
+      capture_output=True, text=True, timeout=600)
+  err = proc.stderr.strip().splitlines()[-1]
+  assert proc.returncode == 2 and 'tfds build wmt_t2t_translate/de-en' in err
