@@ -59,3 +59,13 @@ def fill_draft(draft_checkpoint_path: str) -> Callable[..., PyTree]:
     return state_dict
 
   return transform
+
+
+def default_checkpoint(name: str) -> str:
+  """The bundled or public checkpoint of a registry name (e.g. 'demo_draft'), for gin files
+  (`DRAFT_CHECKPOINT_PATH = @restore.default_checkpoint()`)."""
+  from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS  # pylint: disable=import-outside-toplevel
+  if name not in DEFAULT_CHECKPOINTS:
+    raise ValueError(f'{name} has no bundled or public checkpoint; pass one of '
+                     f'{", ".join(sorted(DEFAULT_CHECKPOINTS))} or a path')
+  return DEFAULT_CHECKPOINTS[name]

@@ -10,9 +10,8 @@ def trained(tmp_path_factory):
   task by `python -m t5x.train` (Orbax checkpoints: checkpoint_<step>/state)."""
   real_t5x.require_t5x()
   root = tmp_path_factory.mktemp('trained')
-  dirs = {}
-  for name in ('target', 'draft'):
-    dirs[name] = root / name
-    real_t5x.run_t5x('train', [f'tests/t5x/gin/tiny_{name}.gin', 'tests/t5x/gin/train.gin'],
-                     MODEL_DIR=real_t5x.quoted(dirs[name]))
+  dirs = {name: root / name for name in ('target', 'draft')}
+  real_t5x.run_t5x_together('train', [
+      ([f'tests/t5x/gin/tiny_{name}.gin', 'tests/t5x/gin/train.gin'],
+       {'MODEL_DIR': real_t5x.quoted(path)}) for name, path in dirs.items()])
   return dirs

@@ -10,6 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -45,12 +46,33 @@ def run_module(module: str, *args: str, timeout: int = 900) -> subprocess.Comple
   return proc
 
 
-def run_t5x(command: str, gin_files, **bindings) -> subprocess.CompletedProcess:
-  """`python -m t5x.<command>` with gin files (relative to the repository) and string or
-  raw bindings (values already in gin syntax)."""
+def t5x_args(gin_files, **bindings) -> list:
+  """T5X's flags: gin files (relative to the repository) and bindings (values in gin syntax)."""
   args = [f'--gin_search_paths={REPO}'] + [f'--gin_file={f}' for f in gin_files]
-  args += [f'--gin.{k}={v}' for k, v in bindings.items()]
-  return run_module(f't5x.{command}', *args)
+  return args + [f'--gin.{k}={v}' for k, v in bindings.items()]
+
+
+def run_t5x(command: str, gin_files, **bindings) -> subprocess.CompletedProcess:
+  """`python -m t5x.<command>` with `t5x_args`."""
+  return run_module(f't5x.{command}', *t5x_args(gin_files, **bindings))
+
+
+def run_t5x_together(command: str, runs, timeout: int = 900) -> None:
+  """Several `python -m t5x.<command>` at once (runs: (gin_files, bindings) pairs), their
+  output in files (T5X logs a lot); fails the test with the log tail of one that fails."""
+  with tempfile.TemporaryDirectory() as logs:
+    procs = []
+    for i, (gins, bindings) in enumerate(runs):
+      log = open(os.path.join(logs, f'{i}.log'), 'w+', encoding='utf-8')  # pylint: disable=consider-using-with
+      procs.append((log, subprocess.Popen(
+          [sys.executable, '-m', f't5x.{command}', *t5x_args(gins, **bindings)], cwd=REPO,
+          env=env(), stdout=log, stderr=subprocess.STDOUT)))
+    for log, proc in procs:
+      proc.wait(timeout=timeout)
+      log.seek(0)
+      text = log.read()
+      log.close()
+      assert proc.returncode == 0, text[-8000:]
 
 
 def quoted(path) -> str:

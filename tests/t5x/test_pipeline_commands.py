@@ -25,13 +25,14 @@ def _only(pattern):
 def test_infer_predictions_equal_t5x_greedy(trained, tmp_path):
   greedy, spec = tmp_path / 'greedy', tmp_path / 'speculative'
   common = dict(CHECKPOINT_PATH=real_t5x.quoted(_checkpoint(trained)))
-  real_t5x.run_t5x('infer', [TARGET_GIN, GREEDY_GIN, 'tests/t5x/gin/infer.gin'],
-                   INFER_OUTPUT_DIR=real_t5x.quoted(greedy), **common)
-  # The draft as its whole model dir (load_model takes the latest step).
-  real_t5x.run_t5x('infer', [TARGET_GIN, SPECULATIVE_GIN, 'tests/t5x/gin/infer.gin'],
-                   INFER_OUTPUT_DIR=real_t5x.quoted(spec),
-                   DRAFT_CHECKPOINT_PATH=real_t5x.quoted(trained['draft']),
-                   **{'infer.mode': '"predict_with_aux"'}, **common)
+  real_t5x.run_t5x_together('infer', [
+      ([TARGET_GIN, GREEDY_GIN, 'tests/t5x/gin/infer.gin'],
+       dict(INFER_OUTPUT_DIR=real_t5x.quoted(greedy), **common)),
+      # The draft as its whole model dir (load_model takes the latest step).
+      ([TARGET_GIN, SPECULATIVE_GIN, 'tests/t5x/gin/infer.gin'],
+       dict(INFER_OUTPUT_DIR=real_t5x.quoted(spec),
+            DRAFT_CHECKPOINT_PATH=real_t5x.quoted(trained['draft']),
+            **{'infer.mode': '"predict_with_aux"'}, **common))])
   ref = real_t5x.read_jsonl(_only(f'{greedy}/*-predict.jsonl-00000-of-00001'))
   got = real_t5x.read_jsonl(_only(f'{spec}/*-predict_with_aux.jsonl-00000-of-00001'))
   assert len(ref) == len(got) == 500
@@ -46,15 +47,17 @@ def test_infer_predictions_equal_t5x_greedy(trained, tmp_path):
 
 
 def test_eval_reports_the_same_bleu(trained, tmp_path):
+  runs = {'greedy': ([TARGET_GIN, GREEDY_GIN], {}),
+          'speculative': ([TARGET_GIN, SPECULATIVE_GIN], {
+              'DRAFT_CHECKPOINT_PATH': real_t5x.quoted(trained['draft'] / 'checkpoint_150')})}
+  real_t5x.run_t5x_together('eval', [
+      (gins + ['tests/t5x/gin/eval.gin'],
+       dict(CHECKPOINT_PATH=real_t5x.quoted(_checkpoint(trained)),
+            EVAL_OUTPUT_DIR=real_t5x.quoted(tmp_path / name), **extra))
+      for name, (gins, extra) in runs.items()])
   results = {}
-  for name, gins, extra in (
-      ('greedy', [TARGET_GIN, GREEDY_GIN], {}),
-      ('speculative', [TARGET_GIN, SPECULATIVE_GIN],
-       {'DRAFT_CHECKPOINT_PATH': real_t5x.quoted(trained['draft'] / 'checkpoint_150')})):
+  for name in runs:
     out = tmp_path / name
-    real_t5x.run_t5x('eval', gins + ['tests/t5x/gin/eval.gin'],
-                     CHECKPOINT_PATH=real_t5x.quoted(_checkpoint(trained)),
-                     EVAL_OUTPUT_DIR=real_t5x.quoted(out), **extra)
     metrics = real_t5x.read_jsonl(_only(f'{out}/inference_eval/*-metrics.jsonl'))
     outputs = real_t5x.read_jsonl(_only(f'{out}/inference_eval/specjax_demo_ende-*[0-9].jsonl'))
     results[name] = (metrics[-1]['bleu'], [o['prediction'] for o in outputs])

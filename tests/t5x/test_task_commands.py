@@ -4,6 +4,7 @@ speculative decode and the target alone; the task's tokens are the decode's toke
 import re
 
 import numpy as np
+import pytest
 
 import real_t5x
 
@@ -35,18 +36,39 @@ def _bleu_lines(stdout):
   return re.findall(r'bleu ([0-9.]+) speculative, ([0-9.]+) target alone', stdout)
 
 
-def test_decode_task_prints_equal_bleu(tmp_path):
-  out = tmp_path / 'out.jsonl'
+@pytest.fixture(scope='module')
+def decoded(tmp_path_factory):
+  """`python -m specjax.decode --task` of the demo test split with the bundled demo pair,
+  inputs padded to 64 as T5X's feature lengths pad them: (stdout, records)."""
+  out = tmp_path_factory.mktemp('decode') / 'out.jsonl'
   proc = real_t5x.run_module('specjax.decode', '--task', TASK, '--split', 'test', '--quiet',
-                             '--batch-size', '32', '--output', str(out))
-  (spec, alone), = _bleu_lines(proc.stdout)
+                             '--batch-size', '32', '--pad-inputs', 'max', '--output', str(out))
+  return proc.stdout, real_t5x.read_jsonl(out)
+
+
+def test_decode_task_prints_equal_bleu(decoded):
+  stdout, records = decoded
+  (spec, alone), = _bleu_lines(stdout)
   assert spec == alone and float(spec) > 10.0  # the demo pair translates
-  assert 'identical to the target\'s own greedy output: True' in proc.stdout
-  records = real_t5x.read_jsonl(out)
+  assert 'identical to the target\'s own greedy output: True' in stdout
   assert len(records) == 500
   assert all(r['prediction'] == r['target_prediction'] for r in records)
   metrics = task_data.record_metrics(TASK, records)
   assert f'{metrics["speculative"]["bleu"]:.2f}' == spec
+
+
+def test_demo_pair_gin_in_t5x_infer_equals_the_decode(decoded, tmp_path):
+  exported = real_t5x.run_module('specjax.t5x.export', '--model', 'demo_target', '--output',
+                                 str(tmp_path / 'demo_target')).stdout.strip().splitlines()[-1]
+  real_t5x.run_t5x('infer', ['specjax/t5x/configs/demo_pair.gin', 't5x/configs/runs/infer.gin'],
+                   MIXTURE_OR_TASK_NAME=real_t5x.quoted(TASK),
+                   TASK_FEATURE_LENGTHS="{'inputs': 64, 'targets': 64}",
+                   CHECKPOINT_PATH=real_t5x.quoted(exported),
+                   INFER_OUTPUT_DIR=real_t5x.quoted(tmp_path / 'infer'),
+                   **{'utils.RestoreCheckpointConfig.dtype': '"float32"'})
+  rows, = [real_t5x.read_jsonl(p) for p in (tmp_path / 'infer').glob('*-predict.jsonl-*')
+           if not p.name.endswith('COMPLETED')]
+  assert [r['prediction'] for r in rows] == [r['prediction'] for r in decoded[1]]
 
 
 def test_evaluate_reports_equal_metrics_through_seqio_evaluator():

@@ -1,0 +1,64 @@
+"""python -m specjax.t5x.export: write any checkpoint specjax reads as a T5X checkpoint.
+
+T5X restores only its own formats; this writes the msgpack + zarr layout that every T5X
+version restores (`checkpoint_<step>/` under a model dir), e.g. for the bundled demo target:
+
+  python -m specjax.t5x.export --model demo_target --output /tmp/demo_target_t5x
+
+Imports no t5x.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import jax
+
+from specjax import checkpoints
+from specjax.checkpoints import t5x
+from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS
+
+
+def export(model: str | None, checkpoint: str | None, output: str, step: int = 0) -> str:
+  """Writes a model's params as a T5X checkpoint.
+
+  Args:
+    model: a registry name (its bundled or public checkpoint unless `checkpoint` is given),
+      or None to take the architecture from `checkpoint`.
+    checkpoint: any checkpoint `specjax.load_model` reads.
+    output: the T5X model dir to write `checkpoint_<step>/` into.
+    step: the step recorded.
+
+  Returns:
+    The `checkpoint_<step>` directory.
+
+  Raises:
+    ValueError: neither a model with a checkpoint nor a checkpoint was given.
+  """
+  if checkpoint is None:
+    if model not in DEFAULT_CHECKPOINTS:
+      raise ValueError('pass --checkpoint PATH, or --model with a bundled or public checkpoint '
+                       f'({", ".join(sorted(DEFAULT_CHECKPOINTS))})')
+    checkpoint = DEFAULT_CHECKPOINTS[model]
+  _, params = checkpoints.load_model(model, checkpoint)
+  return t5x.write_t5x_checkpoint(output, jax.device_get(params), step=step)
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(prog='python -m specjax.t5x.export', description=__doc__.split(
+      '\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument('--model', help='registry name (e.g. demo_target)')
+  p.add_argument('--checkpoint', help='checkpoint to read (default: the model\'s own)')
+  p.add_argument('--output', required=True, help='T5X model dir to write')
+  p.add_argument('--step', type=int, default=0, help='training step to record')
+  args = p.parse_args(argv)
+  try:
+    print(export(args.model, args.checkpoint, args.output, args.step))
+  except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
+    print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
