@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from specjax import checkpoints
+from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS
 from specjax.models.t5_config import T5Config
 
 PyTree = Any
@@ -64,7 +65,6 @@ def fill_draft(draft_checkpoint_path: str) -> Callable[..., PyTree]:
 def default_checkpoint(name: str) -> str:
   """The bundled or public checkpoint of a registry name (e.g. 'demo_draft'), for gin files
   (`DRAFT_CHECKPOINT_PATH = @restore.default_checkpoint()`)."""
-  from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS  # pylint: disable=import-outside-toplevel
   if name not in DEFAULT_CHECKPOINTS:
     raise ValueError(f'{name} has no bundled or public checkpoint; pass one of '
                      f'{", ".join(sorted(DEFAULT_CHECKPOINTS))} or a path')

@@ -63,7 +63,7 @@ def run_t5x_together(command: str, runs, timeout: int = 900) -> None:
   with tempfile.TemporaryDirectory() as logs:
     procs = []
     for i, (gins, bindings) in enumerate(runs):
-      log = open(os.path.join(logs, f'{i}.log'), 'w+', encoding='utf-8')  # pylint: disable=consider-using-with
+      log = open(os.path.join(logs, f'{i}.log'), 'w+', encoding='utf-8')
       procs.append((log, subprocess.Popen(
           [sys.executable, '-m', f't5x.{command}', *t5x_args(gins, **bindings)], cwd=REPO,
           env=env(), stdout=log, stderr=subprocess.STDOUT)))
