@@ -38,12 +38,19 @@ def specjax_t5(module, params: PyTree) -> T5:
   the module's config where it has one (t5x/examples/t5 `T5Config`).
 
   Raises:
-    ValueError: a scanned module (its params are stacked per layer).
+    ValueError: a scanned module, or params that are not a T5 tree of T5X's names (one
+      line).
   """
   if getattr(module, 'scan_layers', False):
     raise ValueError('scanned T5X modules (scan_layers=True) are not supported; use an '
-                     'unscanned T5 (t5x/examples/t5 or flaxformer t5_1_1)')
-  config = checkpoints.config_from_params(params)
+                     'unscanned T5 (t5x/examples/t5)')
+  fix = ('speculative prediction runs T5X T5 modules with the param tree of '
+         't5x/examples/t5 (token_embedder, encoder, decoder)')
+  try:
+    config = checkpoints.config_from_params(params)
+  except (KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f'{type(module).__name__} params are not a T5 tree ({e!r} missing); '
+                     f'{fix}') from e
   t5x_config = getattr(module, 'config', None)
   changes = {}
   dtype = getattr(t5x_config, 'dtype', None) or getattr(module, 'dtype', None)
@@ -53,7 +60,14 @@ def specjax_t5(module, params: PyTree) -> T5:
     if hasattr(t5x_config, field):
       value = getattr(t5x_config, field)
       changes[field] = tuple(value) if field == 'mlp_activations' else bool(value)
-  return T5(config.replace(**changes))
+  model = T5(config.replace(**changes))
+  try:
+    checkpoints.check_params(params, jax.eval_shape(model.init, jax.random.PRNGKey(0)),
+                             model.config)
+  except ValueError as e:
+    raise ValueError(f'{type(module).__name__} params differ from a T5\'s ({e}); '
+                     f'{fix}') from e
+  return model
 
 
 def axes_collection(param_axes: PyTree) -> PyTree:

@@ -110,6 +110,12 @@ def test_errors_are_one_line(model_and_params):
     with pytest.raises(ValueError, match=match) as e:
       model.predict_batch_with_aux(params, batch, **kwargs)
     assert '\n' not in str(e.value)
+  other = dict(params, encoder={k: v for k, v in params['encoder'].items()
+                                if k != 'encoder_norm'})
+  with pytest.raises(ValueError, match=r'params differ from a T5.*t5x/examples/t5'):
+    model.predict_batch_with_aux(other, batch)
+  with pytest.raises(ValueError, match=r'params are not a T5 tree'):
+    model.predict_batch_with_aux({'draft': params['draft'], 'dense': {}}, batch)
 
 
 def test_from_model_keeps_the_configured_model_and_scores_the_target(model_and_params):
