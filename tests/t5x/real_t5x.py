@@ -1,8 +1,8 @@
 """What the tests of specjax inside real T5X share: the t5x requirement, running T5X's own
 commands, and tiny models built from T5X's examples network.
 
-The tests here need real t5x (`bash ../shared/t5x/install.sh` in a separate virtual
-environment). Where t5x is not importable they skip, unless SPECJAX_REQUIRE_T5X is set (as
+The tests here need real t5x, in an environment of its own (README: Inside T5X; CI builds
+one, .ci/run). Where t5x is not importable they skip, unless SPECJAX_REQUIRE_T5X is set (as
 the CI stage that installs t5x sets it): then a missing t5x fails them.
 """
 import json
@@ -25,7 +25,7 @@ def require_t5x():
     import seqio  # pylint: disable=import-outside-toplevel,unused-import
     import t5x.models  # pylint: disable=import-outside-toplevel,unused-import
     return
-  pytest.importorskip('t5x.models', reason='needs real t5x: bash ../shared/t5x/install.sh')
+  pytest.importorskip('t5x.models', reason='needs real t5x (README: Inside T5X)')
   pytest.importorskip('seqio', reason='needs seqio (installed with t5x)')
 
 
