@@ -28,7 +28,7 @@ def test_task_tokens_are_the_decode_tokens():
     text = ex['inputs_pretokenized'].decode()
     assert text.startswith('translate English to German: ')
     np.testing.assert_array_equal(ex['inputs'], vocab.encode(text) + [1])
-  assert [e['inputs'] for e in task_data.read_task(TASK, 'test', 3)] == [
+  assert [e['inputs'] for e in task_data.read_task(TASK, 'test', 3)[0]] == [
       e['inputs_pretokenized'].decode() for e in examples[:3]]
 
 
