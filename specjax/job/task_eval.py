@@ -22,7 +22,8 @@ from specjax.job.pair import load_pair
 
 
 def _batched(inputs: np.ndarray, size: int):
-  """[N, S] -> ([B, S] rows, real count), the last batch padded with empty inputs."""
+  """[N, S] -> ([B, S] rows, real count), the last batch padded with empty inputs (not
+  decoded: only the first `real` rows are)."""
   for start in range(0, len(inputs), size):
     rows = inputs[start:start + size]
     real = len(rows)
@@ -47,13 +48,13 @@ class _Run:
     self.examples = len(items)
     inputs = np.stack([f['encoder_input_tokens'] for _, f in items]).astype(np.int32)
     length = int(items[0][1]['decoder_input_tokens'].shape[0])
-    first = next(_batched(inputs, self.batch_size))[0]
-    jax.block_until_ready(self.decode(first, length, 0))  # compiles, untimed
+    first, first_real = next(_batched(inputs, self.batch_size))
+    jax.block_until_ready(self.decode(first, length, 0, first_real))  # compiles, untimed
     outputs = []
     for start, (rows, real) in zip(range(0, len(inputs), self.batch_size),
                                    _batched(inputs, self.batch_size)):
       begin = time.perf_counter()
-      out = jax.block_until_ready(self.decode(rows, length, start))
+      out = jax.block_until_ready(self.decode(rows, length, start, real))
       self.seconds += time.perf_counter() - begin
       s = jax.tree.map(lambda a: np.asarray(a)[:real], out.stats)
       self.tokens += int(np.asarray(out.lengths)[:real].sum())
@@ -102,11 +103,12 @@ def evaluate(job: DecodeJob, max_examples: Optional[int] = None) -> Dict[str, ob
   ids = lambda start: np.arange(start, start + job.batch_size, dtype=np.int32)
   kw = dict(sampling=sampling, rng=rng)
   runs = {
-      'speculative': _Run(lambda x, n, start: api.speculative_decode(
+      'speculative': _Run(lambda x, n, start, real: api.speculative_decode(
           target, tp, draft, dp, x, gamma=job.gamma, max_decode_len=n, row_ids=ids(start),
-          **kw), job.batch_size),
-      'target': _Run(lambda x, n, start: api.autoregressive_decode(
-          target, tp, x, max_decode_len=n, row_ids=ids(start), **kw), job.batch_size)}
+          num_inputs=real, **kw), job.batch_size),
+      'target': _Run(lambda x, n, start, real: api.autoregressive_decode(
+          target, tp, x, max_decode_len=n, row_ids=ids(start), num_inputs=real, **kw),
+          job.batch_size)}
   evaluator = seqio.Evaluator(
       mixture_or_task_name=job.task, feature_converter=seqio.EncDecFeatureConverter(
           pack=False), eval_split=job.split, num_examples=max_examples, logger_cls=())
