@@ -145,9 +145,30 @@ def test_sampled_speedup_is_a_ratio_of_tokens_per_second(tmp_path):
   """Sampled outputs of the two decodes differ in length: time alone would mislead."""
   src = tmp_path / 'in.txt'
   src.write_text('\n'.join(SENTENCES) + '\n')
-  summary = decode_job.run(decode_job.DecodeJob(input=str(src), temperature=1.0, batch_size=3, gamma=2,
-                                  max_decode_len=16, progress=False))
+  summary = decode_job.run(decode_job.DecodeJob(input=str(src), temperature=1.0, batch_size=3,
+                                                gamma=2, max_decode_len=16, progress=False))
   assert summary['identical_to_target'] is None
   assert summary['baseline_tokens'] != summary['generated_tokens']  # the case that matters
   assert summary['speedup'] == pytest.approx(
       summary['tokens_per_second'] / summary['baseline_tokens_per_second'])
+
+
+@pytest.mark.parametrize('picked', [0, 2])
+def test_task_records_carry_the_target_alone_prediction(tmp_path, monkeypatch, picked):
+  """A --task run keeps the target alone's prediction beside each output (its metrics read
+  it), also when --gamma auto picks 0 and the target alone is all that decodes."""
+  examples = [{'inputs': s, 'targets': s, 'input_line': i + 1}
+              for i, s in enumerate(SENTENCES)]
+  monkeypatch.setattr(decode_job.task_data, 'read_task', lambda *a, **k: (examples, 'x'))
+  costs = dict(alpha=0.5, c=0.1, v={2: 1.0}, predicted_best=2, predicted_speedup=1.1,
+               measured_speedup=1.0 if picked else 0.9)
+  monkeypatch.setattr(decode_job.calibrate, 'choose_gamma',
+                      lambda *a, **k: (picked, 'measured', costs))
+  records = []
+  summary = decode_job.run(decode_job.DecodeJob(task='any', gamma='auto', batch_size=2,
+                                                max_decode_len=12, progress=False),
+                           records.append)
+  assert summary['gamma'] == picked and summary['identical_to_target'] is True
+  assert [r['input_line'] for r in records] == [1, 2, 3]
+  assert all(r['target_prediction'] == r['prediction'] for r in records)
+  assert (sum(r['drafted'] for r in records) > 0) == (picked > 0)

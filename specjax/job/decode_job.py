@@ -163,21 +163,22 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
     if error:
       raise ValueError(error)
     totals.add(s, out.iterations, seconds)
-    tokens = np.asarray(out.tokens)[:real]
+    tokens = ref_tokens = np.asarray(out.tokens)[:real]
     if job.compare and job.gamma == 0:  # the target alone decoded: it is its own baseline
       totals.add_baseline(s.generated, seconds)
     elif job.compare:
       ref, base_seconds = _timed(lambda: base(x, real, ids(rows.start)))
       totals.add_baseline(np.asarray(ref.lengths)[:real], base_seconds)
+      ref_tokens = np.asarray(ref.tokens)[:real]
       if sampling.greedy:
-        identical &= bool(np.array_equal(np.asarray(ref.tokens)[:real], tokens))
+        identical &= bool(np.array_equal(ref_tokens, tokens))
     for i, example in enumerate(examples[rows]):
       record = dict(example, truncated=True) if truncated[rows][i] else dict(example)
       record.update(prediction=vocab.decode(tokens[i]), num_tokens=int(s.generated[i]),
                     target_calls=int(s.target_calls[i]), accepted=int(s.accepted[i]),
                     drafted=int(s.drafted[i]))
       if job.compare and job.task:  # the task's metrics of the target alone read it
-        record['target_prediction'] = vocab.decode(np.asarray(ref.tokens)[i])
+        record['target_prediction'] = vocab.decode(ref_tokens[i])
       if output is not None:
         output.write(record)
       if on_record:
@@ -191,7 +192,8 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
       compile_seconds=sum(compile_seconds.values()), input_widths=sorted(compile_seconds),
       identical_to_target=(identical if job.compare and sampling.greedy and totals.decoded
                            else None),
-      gamma_reason=gamma_reason, gamma_calibration=calibration, backend=jax.default_backend(), devices=jax.device_count(),
+      gamma_reason=gamma_reason, gamma_calibration=calibration,
+      backend=jax.default_backend(), devices=jax.device_count(),
       mesh=dict(mesh.shape) if mesh is not None else None)
 
 

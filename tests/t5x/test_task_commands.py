@@ -42,7 +42,8 @@ def decoded(tmp_path_factory):
   inputs padded to 64 as T5X's feature lengths pad them: (stdout, records)."""
   out = tmp_path_factory.mktemp('decode') / 'out.jsonl'
   proc = real_t5x.run_module('specjax.decode', '--task', TASK, '--split', 'test', '--quiet',
-                             '--batch-size', '32', '--pad-inputs', 'max', '--output', str(out))
+                             '--batch-size', '32', '--gamma', '4', '--pad-inputs', 'max',
+                             '--output', str(out))
   return proc.stdout, real_t5x.read_jsonl(out)
 
 
