@@ -12,8 +12,8 @@ import pytest
 
 from specjax.checkpoints.registry import ASSETS
 
-LINES = 200
-ARGS = ['--no-compare', '--quiet', '--batch-size', '16', '--max-decode-len', '8', '--gamma', '3',
+LINES = 200  # refill units of 16 lines: each interruption leaves many units to go
+ARGS = ['--no-compare', '--quiet', '--batch-size', '4', '--max-decode-len', '8', '--gamma', '3',
         '--temperature', '1', '--seed', '3', '--pad-inputs', 'max']
 
 
