@@ -127,7 +127,7 @@ def params_from_hf(state_dict: Dict[str, np.ndarray], config: T5Config) -> PyTre
       emb = np.asarray(state_dict[key], np.float32)
       break
   else:
-    raise KeyError('the state dict has no shared embedding (shared.weight); '
+    raise ValueError('the state dict has no shared embedding (shared.weight); '
                    'is it a T5ForConditionalGeneration checkpoint?')
   _check_shape('shared.weight', emb, expected['token_embedder']['embedding'].shape)
   _set(params, ('token_embedder', 'embedding'), emb)
@@ -136,7 +136,7 @@ def params_from_hf(state_dict: Dict[str, np.ndarray], config: T5Config) -> PyTre
     used.add('lm_head.weight')  # a tied copy of the embedding
   for key, path, transpose in _key_map(config):
     if key not in state_dict:
-      raise KeyError(f'{key} is missing from the state dict; check that the config '
+      raise ValueError(f'{key} is missing from the state dict; check that the config '
                      '(layers, feed_forward_proj, tie_word_embeddings) matches it.')
     array = np.asarray(state_dict[key], np.float32)
     array = np.ascontiguousarray(array.T) if transpose else array
