@@ -1,7 +1,8 @@
-"""Load a T5 and its params from any checkpoint (T5X, Hugging Face, orbax); the vocabulary.
+"""Load a model and its params from any checkpoint (T5X, Hugging Face, orbax).
 
-`load_model` is the one entry point: it resolves the config (a registry name, a T5Config, or
-the checkpoint's own), detects the format, checks the tree against the config's shapes
+`load_model` is the one entry point: it resolves the config (a registry name, a T5Config or
+LMConfig, or the checkpoint's own), detects the format (a Hugging Face directory of a Llama-
+family or GPT-2 model gives a `CausalLM`, of a T5 a `T5`), checks the tree against the config's shapes
 (`jax.eval_shape(model.init, key)`) and returns float32 params. `save_params` writes the
 orbax format with a `specjax.json` that lets `load_model(None, path)` rebuild the config.
 """
@@ -17,7 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from specjax.checkpoints import t5x, t5x_orbax
+from specjax.checkpoints import hf_files, t5x, t5x_orbax
+from specjax.models.lm import CausalLM
+from specjax.models.lm_config import LM_CONFIGS, LMConfig
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, T5Config
 
@@ -37,18 +40,38 @@ def _orbax():
 # ----------------------------------------------------------------------------- configs
 
 
-def resolve_config(name_or_config: Union[str, T5Config]) -> T5Config:
-  """A registry name (e.g. 't5_small') or a T5Config -> the T5Config.
+def resolve_config(name_or_config: Union[str, T5Config, LMConfig]) -> Union[T5Config, LMConfig]:
+  """A registry name (e.g. 't5_small', 'llama3_8b') or a config -> the config.
 
   Raises:
-    ValueError: the name is not in `T5_CONFIGS` (the message lists the known ones).
+    ValueError: the name is in neither `T5_CONFIGS` nor `LM_CONFIGS` (the message lists
+      the known ones).
   """
-  if isinstance(name_or_config, T5Config):
+  if isinstance(name_or_config, (T5Config, LMConfig)):
     return name_or_config
+  if name_or_config in LM_CONFIGS:
+    return LM_CONFIGS[name_or_config]
   if name_or_config not in T5_CONFIGS:
     raise ValueError(f'unknown model config {name_or_config!r}; pass one of '
-                     f'{", ".join(sorted(T5_CONFIGS))} or a T5Config')
+                     f'{", ".join(sorted(T5_CONFIGS) + sorted(LM_CONFIGS))}, a checkpoint '
+                     'directory, an LMConfig or a T5Config')
   return T5_CONFIGS[name_or_config]
+
+
+def build_model(config: Union[T5Config, LMConfig]):
+  """The model of a config: a `CausalLM` for an LMConfig, a `T5` for a T5Config."""
+  return CausalLM(config) if isinstance(config, LMConfig) else T5(config)
+
+
+def is_checkpoint_path(name: Any) -> bool:
+  """Whether `load_model`'s first argument names a checkpoint rather than a registry entry:
+  a string that is no registry name and is an existing path, a gs:// URL or has a '/'."""
+  if not isinstance(name, (str, os.PathLike)):
+    return False
+  name = os.fspath(name)
+  if name in T5_CONFIGS or name in LM_CONFIGS:
+    return False
+  return os.path.exists(name) or name.startswith('gs://') or '/' in name
 
 
 def _named(config: T5Config) -> T5Config:
@@ -89,15 +112,17 @@ def config_from_params(params: PyTree) -> T5Config:
   return _named(config)
 
 
-def _config_to_json(config: T5Config) -> str:
-  return json.dumps({'config': dataclasses.asdict(config)}, indent=2)
+def _config_to_json(config: Union[T5Config, LMConfig]) -> str:
+  kind = {'model': 'lm'} if isinstance(config, LMConfig) else {}
+  return json.dumps({'config': dataclasses.asdict(config), **kind}, indent=2)
 
 
-def _config_from_json(text: str) -> T5Config:
-  fields = {f.name for f in dataclasses.fields(T5Config)}
-  stored = json.loads(text)['config']
-  return T5Config(**{k: tuple(v) if isinstance(v, list) else v
-                     for k, v in stored.items() if k in fields})
+def _config_from_json(text: str) -> Union[T5Config, LMConfig]:
+  stored = json.loads(text)
+  cls = LMConfig if stored.get('model') == 'lm' else T5Config
+  fields = {f.name for f in dataclasses.fields(cls)}
+  return cls(**{k: tuple(v) if isinstance(v, list) else v
+                for k, v in stored['config'].items() if k in fields})
 
 
 def _label(config: T5Config) -> str:
@@ -244,6 +269,9 @@ def _read_checkpoint(fmt: str, path: str, config: Optional[T5Config]
     read = t5x.read_t5x_checkpoint if fmt == 't5x' else t5x_orbax.read_t5x_orbax
     params = read(path)
     return config or config_from_params(params), params
+  if fmt == 'hf' and hf_files.is_decoder_only(path):
+    lm_config, params = hf_files.load_hf_lm_dir(path)
+    return config or lm_config, params
   if fmt == 'hf':
     from specjax.checkpoints import hf_t5  # pylint: disable=g-import-not-at-top
     hf_config, params = hf_t5.load_hf_dir(path)
@@ -257,18 +285,20 @@ def _read_checkpoint(fmt: str, path: str, config: Optional[T5Config]
   return config, None
 
 
-def load_model(name_or_config: Union[str, T5Config, None] = None,
+def load_model(name_or_config: Union[str, T5Config, LMConfig, None] = None,
                checkpoint: Optional[str] = None, dtype: Any = None,
                shardings: Optional[PyTree] = None,
-               param_dtype: Any = 'float32') -> Tuple[T5, PyTree]:
-  """Builds a T5 and its params from a registry name, a config and/or a checkpoint.
+               param_dtype: Any = 'float32') -> Tuple[Any, PyTree]:
+  """Builds a model and its params from a registry name, a config and/or a checkpoint.
 
   Args:
-    name_or_config: a `T5_CONFIGS` name, a T5Config, or None to take the config from the
-      checkpoint (HF config.json, the specjax.json of `save_params`, or the shapes of a
-      T5X tree).
+    name_or_config: a `T5_CONFIGS` or `LM_CONFIGS` name, a T5Config or LMConfig, None to
+      take the config from the checkpoint (HF config.json, the specjax.json of
+      `save_params`, or the shapes of a T5X tree), or the checkpoint path itself
+      (`load_model('path/to/llama')`, config from the checkpoint).
     checkpoint: a T5X model_dir / checkpoint_<step> dir / checkpoint file (local or gs://),
-      a T5X Orbax model_dir / checkpoint_<step> dir / its state dir, a Hugging Face dir, or an orbax dir from `save_params`; None gives random params
+      a T5X Orbax model_dir / checkpoint_<step> dir / its state dir, a Hugging Face dir,
+      or an orbax dir from `save_params`; None gives random params
       from `model.init(jax.random.PRNGKey(0))`.
     dtype: the activation (and cache) dtype, e.g. 'bfloat16'; sets `config.dtype`.
     shardings: optional tree of `jax.sharding.Sharding` matching the params; by default
@@ -278,7 +308,8 @@ def load_model(name_or_config: Union[str, T5Config, None] = None,
       TPU v4 chip needs it).
 
   Returns:
-    (model, params): params is a nested dict of `param_dtype` jax arrays with T5X names.
+    (model, params): a `T5` or `CausalLM`; params is a nested dict of `param_dtype` jax
+    arrays with T5X-style names.
 
   Raises:
     FileNotFoundError: the checkpoint path does not exist.
@@ -289,6 +320,11 @@ def load_model(name_or_config: Union[str, T5Config, None] = None,
   if param_dtype not in (jnp.float32, jnp.bfloat16, jnp.float16):
     raise ValueError(f'param dtype {param_dtype.name} is not supported; pass float32, '
                      'bfloat16 or float16')
+  if is_checkpoint_path(name_or_config):
+    if checkpoint is not None:
+      raise ValueError(f'load_model got two checkpoints ({name_or_config} and {checkpoint}); '
+                       'pass the path once, first or as checkpoint=')
+    name_or_config, checkpoint = None, name_or_config
   config = None if name_or_config is None else resolve_config(name_or_config)
   params = None
   if checkpoint is not None:
@@ -300,7 +336,7 @@ def load_model(name_or_config: Union[str, T5Config, None] = None,
                      f'pass one of {", ".join(sorted(T5_CONFIGS))} or --checkpoint')
   if dtype is not None:
     config = config.replace(dtype=jnp.dtype(dtype).name)
-  model = T5(config)
+  model = build_model(config)
   key = jax.random.PRNGKey(0)
   abstract = jax.eval_shape(model.init, key)
   if checkpoint is None:

@@ -120,9 +120,10 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
   unit = min(unit, -(-len(examples) // job.batch_size) * job.batch_size)
 
   def padded(rows):  # [unit, W]: W the bucket of the unit's longest input
-    pad = np.zeros((unit - len(rows), rows.shape[1]), np.int32)
+    pad = np.full((unit - len(rows), rows.shape[1]), getattr(vocab, 'pad_id', 0), np.int32)
     pad[:, 0] = vocab.eos_id
-    return pad_to_bucket(np.concatenate([rows, pad]), job.pad_inputs)
+    return pad_to_bucket(np.concatenate([rows, pad]), job.pad_inputs,
+                         getattr(vocab, 'pad_id', 0))
 
   gamma_reason = calibration = None
   if job.gamma == 'auto':

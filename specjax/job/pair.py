@@ -1,11 +1,19 @@
-"""Loading the job's target, draft and vocabulary, and the mesh they run on."""
+"""Loading the job's target, draft and vocabulary, and the mesh they run on.
+
+A model is a registry name (its checkpoint from --target-checkpoint or the registry's) or a
+checkpoint path itself (T5X, Hugging Face T5 / Llama / GPT-2, orbax): `--target PATH`.
+"""
 from __future__ import annotations
 
+import os
 from typing import Optional
+
+import jax
 
 from specjax import checkpoints
 from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, DEMO_VOCAB, T5_VOCAB
-from specjax.models.t5 import T5
+from specjax.models.lm import CausalLM
+from specjax.models.lm_config import LM_CONFIGS
 from specjax.models.t5_config import T5_CONFIGS
 from specjax.parallel import mesh as mesh_lib
 from specjax.parallel import rules as axis_rules
@@ -34,8 +42,11 @@ def job_rules(job) -> axis_rules.Rules:
 def _default(name: str, given: Optional[str], flag: str) -> str:
   if given:
     return given
-  if name not in T5_CONFIGS:
-    raise ValueError(f'unknown model {name!r}; pass one of {", ".join(sorted(T5_CONFIGS))}')
+  if checkpoints.is_checkpoint_path(name):
+    return name
+  if name not in T5_CONFIGS and name not in LM_CONFIGS:
+    raise ValueError(f'unknown model {name!r}; pass a checkpoint directory or one of '
+                     f'{", ".join(sorted(T5_CONFIGS) + sorted(LM_CONFIGS))}')
   if name not in DEFAULT_CHECKPOINTS:
     raise ValueError(f'{name} has no published checkpoint; pass {flag} PATH')
   return DEFAULT_CHECKPOINTS[name]
@@ -43,17 +54,36 @@ def _default(name: str, given: Optional[str], flag: str) -> str:
 
 def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=axis_rules.STANDARD_RULES,
           param_dtype='float32'):
+  named = not checkpoints.is_checkpoint_path(name)
   shardings = None
-  if mesh is not None:
-    shardings = axis_rules.param_shardings(T5(checkpoints.resolve_config(name)), mesh, rules)
+  if mesh is not None and named:
+    shardings = axis_rules.param_shardings(
+        checkpoints.build_model(checkpoints.resolve_config(name)), mesh, rules)
   try:
-    return checkpoints.load_model(name, path, dtype=dtype, shardings=shardings,
-                                  param_dtype=param_dtype)
+    model, params = checkpoints.load_model(name if named else None, path, dtype=dtype,
+                                           shardings=shardings, param_dtype=param_dtype)
   except (ValueError, FileNotFoundError, OSError) as e:
     if path.startswith('gs://'):
       raise ValueError(f'cannot read {path} (no GCS access?); copy it locally and pass '
                        f'{flag} PATH') from e
     raise
+  if mesh is not None and not named:  # the config came with the checkpoint: place it now
+    params = jax.device_put(params, axis_rules.param_shardings(model, mesh, rules))
+  return model, params
+
+
+def _vocab(job, model, checkpoint: str, given: Optional[str]):
+  """The vocabulary of a model: a decoder-only model's tokenizer (--vocab, else the one in
+  its checkpoint directory), a T5's SentencePiece model (--vocab, else the bundled one for
+  demo_*, spiece.model in a Hugging Face directory, else the public T5 one)."""
+  if isinstance(model, CausalLM):
+    return checkpoints.load_tokenizer(given or checkpoint, model)
+  if given:
+    return checkpoints.load_vocab(given)
+  if job.target.startswith('demo_'):
+    return checkpoints.load_vocab(DEMO_VOCAB)
+  local = os.path.join(checkpoint, 'spiece.model')
+  return checkpoints.load_vocab(local if os.path.isfile(local) else T5_VOCAB)
 
 
 def load_pair(job, mesh=None):
@@ -68,19 +98,20 @@ def load_pair(job, mesh=None):
   """
   target_path = _default(job.target, job.target_checkpoint, '--target-checkpoint')
   draft_path = _default(job.draft, job.draft_checkpoint, '--draft-checkpoint')
-  demo = job.target.startswith('demo_')
-  vocab_path = job.vocab or (DEMO_VOCAB if demo else T5_VOCAB)
-  vocab = checkpoints.load_vocab(vocab_path)
-  if job.draft_vocab:
-    draft_vocab = checkpoints.load_vocab(job.draft_vocab)
-    if draft_vocab.serialized() != vocab.serialized():
-      raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
-                       f'{vocab_path}; speculative decoding needs one shared vocabulary')
   rules = job_rules(job)
   target, tp = _load(job.target, target_path, '--target-checkpoint', job.dtype, mesh, rules,
                      job.param_dtype)
   draft, dp = _load(job.draft, draft_path, '--draft-checkpoint', job.dtype, mesh, rules,
                     job.param_dtype)
+  vocab = _vocab(job, target, target_path, job.vocab)
+  if job.draft_vocab:
+    draft_vocab = _vocab(job, draft, draft_path, job.draft_vocab)
+    if draft_vocab.serialized() != vocab.serialized():
+      raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
+                       f'{vocab.path}; speculative decoding needs one shared vocabulary')
+  if isinstance(target, CausalLM) != isinstance(draft, CausalLM):
+    raise ValueError('the target and the draft must both be decoder-only or both be T5; '
+                     'pick a draft of the target\'s kind')
   if target.vocab_size != draft.vocab_size:
     raise ValueError(f'the draft {job.draft} has {draft.vocab_size} logits but the target '
                      f'{job.target} has {target.vocab_size}; pick a draft trained on the '

@@ -39,8 +39,9 @@ def standard_logical_axis_rules(parameter_partitioning_dims: int = 1) -> Rules:
   if parameter_partitioning_dims not in (1, 2):
     raise ValueError(f'parameter_partitioning_dims must be 1 or 2, got '
                      f'{parameter_partitioning_dims}')
+  # 'kv_heads' (the KV heads of grouped-query attention, params and caches) is not T5X's.
   rules = (('batch', 'data'), ('vocab', 'model'), ('mlp', 'model'), ('heads', 'model'),
-           ('kv', None), ('joined_kv', 'model'))
+           ('kv_heads', 'model'), ('kv', None), ('joined_kv', 'model'))
   rules += (('embed', 'data'),) if parameter_partitioning_dims == 2 else (('embed', None),)
   return rules + _REPLICATED
 

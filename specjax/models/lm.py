@@ -1,0 +1,224 @@
+"""Decoder-only language models on the model contract: the Llama family and GPT-2.
+
+Params are a nested dict with T5X-style names and kernels [in, out] (heads split out:
+query [D, N, H], key/value [D, M, H], out [N, H, D]); the cache holds per layer the K/V
+heads only, k and v [B, M, H, T] (heads-major, positions last, as T5's). `decode` scores
+any K tokens per row at per-row positions: a prompt prefill, a draft step, a verify.
+Rotary and learned positions are the cache slot: a prompt sits at slots 0..P-1, so a
+right-padded prompt's pad slots are overwritten by generated tokens before any query
+reads them. `decoder_prompt` also takes left-padded prompts (shifted left first).
+
+Shape letters: B batch, P prompt width, K tokens in this call, T cache length, V vocab,
+D model dim, N query heads, M KV heads, H head dim, F mlp dim.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from specjax.models import base
+from specjax.models import lm_layers as layers
+from specjax.models.lm_config import LMConfig
+
+PyTree = Any
+# The cache's logical axes: [B, M, H, T]; 'kv_heads' is sharded over 'model' where M divides.
+CACHE_AXES = ('batch', 'kv_heads', 'kv', 'length')
+
+
+class _Spec:
+  """A param's shape, logical axes and init scale (fan-in normal; 1 for norm scales)."""
+
+  def __init__(self, shape, axes, init='normal'):
+    self.shape, self.axes, self.init = tuple(shape), tuple(axes), init
+
+
+def _linear(shape, axes, bias_shape=None, bias_axes=None) -> dict:
+  out = {'kernel': _Spec(shape, axes)}
+  if bias_shape is not None:
+    out['bias'] = _Spec(bias_shape, bias_axes, 'zeros')
+  return out
+
+
+def _norm(cfg: LMConfig) -> dict:
+  out = {'scale': _Spec((cfg.emb_dim,), ('embed',), 'ones')}
+  if cfg.family == 'gpt2':
+    out['bias'] = _Spec((cfg.emb_dim,), ('embed',), 'zeros')
+  return out
+
+
+def param_specs(cfg: LMConfig) -> PyTree:
+  """The param tree of `cfg` with `_Spec` leaves (shape, logical axes, init)."""
+  d, n, m, h, f = cfg.emb_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_dim
+  att, mlp_b = cfg.biases['attention'], cfg.biases['mlp']
+  specs = {'embed': {'embedding': _Spec((cfg.vocab_size, d), ('vocab', 'embed'))},
+           'final_norm': _norm(cfg)}
+  if not cfg.rotary:
+    specs['position'] = {'embedding': _Spec((cfg.max_len, d), (None, 'embed'))}
+  if not cfg.tie_embeddings:
+    specs['lm_head'] = _linear((d, cfg.vocab_size), ('embed', 'vocab'))
+  for i in range(cfg.num_layers):
+    heads = lambda count, name: _linear((d, count, h), ('embed', name, 'kv'),
+                                        (count, h) if att else None, (name, 'kv'))
+    mlp = {'up': _linear((d, f), ('embed', 'mlp'), (f,) if mlp_b else None, ('mlp',)),
+           'down': _linear((f, d), ('mlp', 'embed'), (d,) if mlp_b else None, ('embed',))}
+    if cfg.gated:
+      mlp['gate'] = _linear((d, f), ('embed', 'mlp'), (f,) if mlp_b else None, ('mlp',))
+    specs[f'layers_{i}'] = {
+        'attn_norm': _norm(cfg), 'mlp_norm': _norm(cfg), 'mlp': mlp,
+        'attention': {'query': heads(n, 'heads'), 'key': heads(m, 'kv_heads'),
+                      'value': heads(m, 'kv_heads'),
+                      'out': _linear((n, h, d), ('heads', 'kv', 'embed'),
+                                     (d,) if att else None, ('embed',))}}
+  return specs
+
+
+def _is_spec(x) -> bool:
+  return isinstance(x, _Spec)
+
+
+def prompt_from_padded(inputs: jax.Array, pad_id: int) -> Tuple[jax.Array, jax.Array]:
+  """Left- or right-padded prompts [B, P] -> right-padded prompts [B, P] and lengths [B].
+
+  A row's prompt runs from its first to its last non-pad token (leading pads are shifted
+  out; a pad id inside a prompt is kept). An all-pad row has length 1.
+  """
+  width = inputs.shape[1]
+  real = inputs != pad_id  # [B, P]
+  index = jnp.arange(width)[None, :]
+  first = jnp.min(jnp.where(real, index, width), axis=1)  # [B]
+  last = jnp.max(jnp.where(real, index, -1), axis=1)  # [B]
+  lengths = jnp.maximum(last + 1 - jnp.minimum(first, width), 1).astype(jnp.int32)
+  shift = jnp.where(first < width, first, 0)[:, None]
+  shifted = jnp.take_along_axis(inputs, jnp.clip(index + shift, 0, width - 1), axis=1)
+  prompt = jnp.where(index < lengths[:, None], shifted, pad_id)
+  return prompt.astype(jnp.int32), lengths
+
+
+@dataclasses.dataclass(frozen=True)
+class CausalLM:
+  """A Llama-family or GPT-2 decoder on the contract of `specjax.models.base.Model`."""
+
+  config: LMConfig
+
+  @property
+  def vocab_size(self) -> int:
+    return self.config.vocab_size
+
+  @property
+  def eos_id(self) -> int:
+    return self.config.eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.config.pad_id
+
+  def init(self, rng: jax.Array) -> PyTree:
+    """Random float32 params: fan-in scaled normals, unit norm scales, zero biases."""
+    specs = param_specs(self.config)
+    leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
+    keys = jax.random.split(rng, len(leaves))
+
+    def one(spec, key):
+      if spec.init == 'ones':
+        return jnp.ones(spec.shape, jnp.float32)
+      if spec.init == 'zeros':
+        return jnp.zeros(spec.shape, jnp.float32)
+      fan_in = spec.shape[0] if spec.axes[0] != 'heads' else spec.shape[0] * spec.shape[1]
+      scale = 1.0 if spec.axes[0] in ('vocab', None) else fan_in ** -0.5
+      return scale * jax.random.normal(key, spec.shape, jnp.float32)
+
+    return jax.tree.unflatten(treedef, [one(s, k) for s, k in zip(leaves, keys)])
+
+  def param_axes(self) -> PyTree:
+    """Same tree as `init`, each leaf a tuple of logical axis names (for sharding)."""
+    return jax.tree.map(lambda s: s.axes, param_specs(self.config), is_leaf=_is_spec)
+
+  def cache_axes(self) -> list:
+    """Logical axes of `init_cache`'s leaves: [B, M, H, T] each."""
+    return [{'k': CACHE_AXES, 'v': CACHE_AXES} for _ in range(self.config.num_layers)]
+
+  def encoded_axes(self) -> dict:
+    """No encoding: the context is the prompt, prefilled through `decode`."""
+    return {}
+
+  def encode(self, params: PyTree, inputs: jax.Array) -> dict:
+    """Decoder-only: nothing to encode."""
+    del params, inputs
+    return {}
+
+  def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """The prompts of inputs [B, P] (left- or right-padded with pad_id), right-padded:
+    [B, P] int32, and their lengths [B] int32."""
+    return prompt_from_padded(inputs, self.pad_id)
+
+  def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> list:
+    """Per layer {'k', 'v'}: zeros [B, M, H, T].
+
+    Raises:
+      ValueError: T exceeds a learned position table (GPT-2's n_positions).
+    """
+    c = self.config
+    if not c.rotary and max_len > c.max_len:
+      raise ValueError(f'cache length {max_len} exceeds the model\'s {c.max_len} positions; '
+                       'shorten the prompts (--max-input-len) or --max-decode-len')
+    shape = (batch, c.num_kv_heads, c.head_dim, max_len)
+    dtype = dtype or c.dtype
+    return [{'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
+            for _ in range(c.num_layers)]
+
+  def decode(self, params: PyTree, encoded: PyTree, cache: list, tokens: jax.Array,
+             positions: jax.Array) -> Tuple[jax.Array, list]:
+    """Scores tokens [B, K] at positions[b] + 0..K-1 and writes their K/V into the cache.
+
+    Args:
+      params: from `init` or a checkpoint.
+      encoded: `encode`'s (empty) result.
+      cache: per layer {'k', 'v'} [B, M, H, T].
+      tokens: [B, K] int32.
+      positions: [B] int32, each row's first position.
+
+    Returns:
+      logits [B, K, V] float32 and the new cache.
+    """
+    del encoded
+    c = self.config
+    dtype = jnp.dtype(c.dtype)
+    num_tokens, max_len = tokens.shape[1], cache[0]['k'].shape[3]
+    query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
+    x = jnp.take(params['embed']['embedding'], tokens, axis=0).astype(dtype)  # [B, K, D]
+    if not c.rotary:
+      x = x + jnp.take(params['position']['embedding'], query_pos, axis=0).astype(dtype)
+    inv_freq = layers.rope_frequencies(c) if c.rotary else None
+    mask = base.causal_mask(positions, num_tokens, max_len)  # [B, K, T]
+    new_cache = []
+    for i, layer_cache in enumerate(cache):
+      p = params[f'layers_{i}']
+      att = p['attention']
+      h = layers.norm(x, p['attn_norm'], c)
+      q = layers.dense(h, att['query'], 'BKD,DNH->BKNH')  # [B, K, N, H]
+      k = layers.dense(h, att['key'], 'BKD,DMH->BKMH')  # [B, K, M, H]
+      v = layers.dense(h, att['value'], 'BKD,DMH->BKMH')
+      if c.rotary:
+        q, k = layers.apply_rope(q, query_pos, inv_freq), layers.apply_rope(k, query_pos,
+                                                                            inv_freq)
+      keys = base.write_cache(layer_cache['k'], k.transpose(0, 2, 3, 1), positions)
+      values = base.write_cache(layer_cache['v'], v.transpose(0, 2, 3, 1), positions)
+      new_cache.append({'k': keys, 'v': values})  # [B, M, H, T]
+      y = layers.attention(q, keys.astype(dtype), values.astype(dtype), mask)
+      x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
+      x = x + layers.mlp(layers.norm(x, p['mlp_norm'], c), p['mlp'], c)
+    x = layers.norm(x, params['final_norm'], c).astype(jnp.float32)  # as T5's logits
+    if c.tie_embeddings:
+      logits = jnp.einsum('BKD,VD->BKV', x, params['embed']['embedding'])
+    else:
+      logits = jnp.einsum('BKD,DV->BKV', x, params['lm_head']['kernel'])
+    return logits.astype(jnp.float32), new_cache
+
+  def logits(self, params: PyTree, tokens: jax.Array) -> jax.Array:
+    """Teacher-forced next-token logits [B, P, V] float32 of tokens [B, P] (from 0)."""
+    batch, width = tokens.shape
+    cache = self.init_cache(batch, width)
+    return self.decode(params, {}, cache, tokens, jnp.zeros((batch,), jnp.int32))[0]
