@@ -26,13 +26,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                   'checks them in one call; the output is the target\'s own.',
       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
   p.add_argument('--target', default='demo_target', help='target registry name (demo_target, '
-                 't5_xxl, t5_1_0_11b, ...)')
+                 't5_xxl, t5_1_0_11b, ...) or checkpoint directory (a Hugging Face Llama, '
+                 'GPT-2 or T5 directory, T5X, orbax)')
   p.add_argument('--draft', default='demo_draft', help='draft registry name (demo_draft, '
-                 't5_small, ...)')
+                 't5_small, ...) or checkpoint directory')
   p.add_argument('--target-checkpoint', help='T5X, Hugging Face or orbax checkpoint of the '
                  'target (default: bundled for demo_*, the public T5X one on GCS for t5_*)')
   p.add_argument('--draft-checkpoint', help='checkpoint of the draft (defaults as above)')
-  p.add_argument('--vocab', help='SentencePiece model (default: bundled for demo_*, '
+  p.add_argument('--vocab', help='SentencePiece model or tokenizer.json (default: bundled '
+                 'for demo_*, the tokenizer in a checkpoint directory, '
                  'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model for t5_*)')
   p.add_argument('--draft-vocab', help='the draft\'s vocabulary, if stored apart; it must '
                  'equal the target\'s')

@@ -1,0 +1,78 @@
+"""The command line with decoder-only checkpoint directories: `python -m specjax.decode
+--target DIR --draft DIR` with the target's tokenizer.json, no task prefix."""
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip('transformers')
+tokenizers = pytest.importorskip('tokenizers')
+
+from specjax import checkpoints, decode  # noqa: E402
+from specjax.job import inputs as inputs_lib  # noqa: E402
+from lm_for_tests import LLAMA_BOS, LLAMA_EOS, LLAMA_PAD, VOCAB, hf_model  # noqa: E402
+
+WORDS = ['<pad>', '<s>', '</s>'] + [f'w{i}' for i in range(3, VOCAB)]
+
+
+def _tokenizer_json(path) -> None:
+  """A word-level tokenizer.json whose post-processor adds BOS, as Llama's does."""
+  from tokenizers import Tokenizer, models, pre_tokenizers, processors
+  tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token='<pad>'))
+  tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+  tok.add_special_tokens(WORDS[:3])
+  tok.post_processor = processors.TemplateProcessing(single='<s> $A',
+                                                     special_tokens=[('<s>', LLAMA_BOS)])
+  tok.save(str(path))
+
+
+@pytest.fixture(scope='module')
+def dirs(tmp_path_factory):
+  root = tmp_path_factory.mktemp('lm_cli')
+  target = hf_model('llama', seed=0)
+  target.save_pretrained(root / 'target')
+  draft = hf_model('llama', seed=1, num_hidden_layers=1)  # the target without its layer 1
+  draft.load_state_dict({k: v for k, v in target.state_dict().items() if 'layers.1.' not in k})
+  draft.save_pretrained(root / 'draft')
+  _tokenizer_json(root / 'target' / 'tokenizer.json')
+  (root / 'prompts.txt').write_text('w3 w7 w9 w12\nw10 w11\nw40\nw5 w6 w7 w8 w9 w10 w11\n'
+                                    'w20 w21 w22\n')
+  return root
+
+
+def test_tokenizer_encodes_prompts_without_eos(dirs):
+  target, _ = checkpoints.load_model(str(dirs / 'target'))
+  tok = checkpoints.load_tokenizer(str(dirs / 'target'), target)
+  assert tok.encode('w3 w7') == [LLAMA_BOS, 3, 7]
+  assert tok.decode([5, 6, LLAMA_PAD, 7, LLAMA_EOS, 9]) == 'w5 w6 w7'
+  rows = inputs_lib.tokenize(tok, ['w3 w7', 'w9'], 6, False)
+  np.testing.assert_array_equal(rows, [[1, 3, 7, 0, 0, 0], [1, 9, 0, 0, 0, 0]])
+  tok.check_fits(VOCAB)
+  with pytest.raises(ValueError, match='has 48 ids but the model has only 40 logits'):
+    tok.check_fits(40)
+  with pytest.raises(FileNotFoundError, match='no tokenizer at .*; pass --vocab FILE'):
+    checkpoints.load_tokenizer(str(dirs / 'draft'), target)
+
+
+def test_decode_cli_with_checkpoint_directories(dirs, capsys):
+  out = dirs / 'out.jsonl'
+  rc = decode.main(['--target', str(dirs / 'target'), '--draft', str(dirs / 'draft'),
+                    '--input', str(dirs / 'prompts.txt'), '--output', str(out),
+                    '--max-decode-len', '10', '--batch-size', '2', '--gamma', '3', '--json',
+                    '--quiet'])
+  assert rc == 0
+  summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert summary['identical_to_target'] is True and summary['num_examples'] == 5
+  assert summary['target_calls'] < summary['generated_tokens']  # drafts were accepted
+  records = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [r['inputs'] for r in records][:2] == ['w3 w7 w9 w12', 'w10 w11']  # no prefix
+  for r in records:
+    assert all(w in WORDS[3:] for w in r['prediction'].split())
+    assert 1 <= r['num_tokens'] <= 10
+
+
+def test_decode_cli_refuses_a_mixed_pair(dirs, capsys):
+  rc = decode.main(['--target', str(dirs / 'target'), '--draft', 'demo_draft',
+                    '--input', str(dirs / 'prompts.txt'), '--quiet'])
+  assert rc == 2
+  assert 'both be decoder-only or both be T5' in capsys.readouterr().err
