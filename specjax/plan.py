@@ -9,6 +9,11 @@ hour on two CPU cores; `--quick` plans 1 and 4 chips at B 1 and 8, L 128 only.
 `--speed` predicts TPU v4 speed instead: the roofline of the same programs' cost
 analysis, the paper's Table 2 predicted beside measured (docs/tpu_speed.md, see
 `specjax/speed`).
+
+A decoder-only pair (`--target llama3_8b --draft llama3_2_1b`) is planned on a TPU v4-8
+slice, on one TPU v5e chip and on a v5e-4, bf16 params, its prompt as the input; its tables
+go to their own section of the same file (`plan_sections`), the rows to
+docs/scale_TARGET+DRAFT.json.
 """
 from __future__ import annotations
 
@@ -32,9 +37,11 @@ import jax
 
 jax.config.update('jax_platforms', 'cpu')  # plan on the host even on a TPU VM
 
-from specjax.parallel import memory_plan  # pylint: disable=wrong-import-position
+from specjax import plan_sections  # pylint: disable=wrong-import-position
+from specjax.parallel import memory_plan
 from specjax.parallel import mesh as mesh_lib
 from specjax.parallel import rules as axis_rules
+from specjax.models.lm_config import LM_CONFIGS
 from specjax.models.t5_config import T5_CONFIGS
 
 FULL = dict(meshes=((1, 1), (1, 4), (1, 8), (2, 8)), batches=(1, 8, 32), lengths=(128, 256),
@@ -90,8 +97,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
   p.add_argument('--target', default='t5_xxl', help='target registry name')
   p.add_argument('--draft', default='t5_small', help='draft registry name')
-  p.add_argument('--gamma', type=int, default=7)
-  p.add_argument('--input-len', type=int, default=128, help='encoder length S')
+  p.add_argument('--gamma', type=int, help='draft tokens per iteration (default 7 for T5, '
+                 f'{plan_sections.LM_GAMMA} for a decoder-only pair)')
+  p.add_argument('--input-len', type=int, help='encoder length S, or a decoder-only pair\'s '
+                 f'prompt width (default 128 for T5, {plan_sections.LM_PROMPT} decoder-only)')
   p.add_argument('--dtype', default='bfloat16', help='activation and cache dtype')
   p.add_argument('--temperature', type=float, default=1.0, help='0 plans greedy')
   p.add_argument('--quick', action='store_true', help='1 and 4 chips, B 1 and 8, L 128')
@@ -141,25 +150,40 @@ def _tpu_meshes(shapes):
 def main(argv=None) -> int:
   argv = sys.argv[1:] if argv is None else argv
   args = parse_args(argv)
+  lm = args.target in LM_CONFIGS
+  if args.gamma is None:
+    args.gamma = plan_sections.LM_GAMMA if lm else 7
+  if args.input_len is None:
+    args.input_len = plan_sections.LM_PROMPT if lm else 128
   if args.speed:
     from specjax.speed import cli as speed_cli  # pylint: disable=import-outside-toplevel
     return speed_cli.main(args, argv)
   args.output = args.output or 'docs/scale.md'
+  known = {**T5_CONFIGS, **LM_CONFIGS}
   for name in (args.target, args.draft):
-    if name not in T5_CONFIGS:
-      print(f'error: unknown model {name!r}; pass one of {", ".join(sorted(T5_CONFIGS))}',
+    if name not in known:
+      print(f'error: unknown model {name!r}; pass one of {", ".join(sorted(known))}',
             file=sys.stderr)
       return 2
+  if lm != (args.draft in LM_CONFIGS):
+    print('error: the target and the draft must both be decoder-only or both be T5',
+          file=sys.stderr)
+    return 2
   if args.tpu and importlib.util.find_spec('libtpu') is None:
     print('error: --tpu needs libtpu; pip install libtpu (no TPU needed)', file=sys.stderr)
     return 2
   grid = QUICK if args.quick else FULL
+  if lm:
+    grid = plan_sections.LM_QUICK if args.quick else plan_sections.LM_FULL
   if jax.device_count() < _DEVICES:
     print(f'error: {jax.device_count()} devices; run it as its own process (python -m '
           'specjax.plan) so that it can simulate 16', file=sys.stderr)
     return 2
-  header = _header(args, grid, argv)
+  header = (plan_sections.header(args, grid, argv, jax.__version__) if lm
+            else _header(args, grid, argv))
   rows_path = os.path.splitext(args.output)[0] + '.json'
+  if lm:
+    rows_path = plan_sections.rows_path(args.output, args.target, args.draft)
   os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
   tables = {'cpu': [], 'tpu': []}
   if args.resume and os.path.exists(rows_path):
@@ -179,24 +203,34 @@ def main(argv=None) -> int:
 
   def render():
     text = header
-    for key, intro in (('tpu', _TPU), ('cpu', _CPU)):
+    intros = ((('tpu', plan_sections.LM_TPU), ('cpu', plan_sections.LM_CPU)) if lm
+              else (('tpu', _TPU), ('cpu', _CPU)))
+    for key, intro in intros:
       if tables[key]:
         text += (intro + memory_plan.summarize(tables[key]) + '\n' +
                  memory_plan.to_markdown(tables[key]) + '\n')
-    with open(args.output, 'w', encoding='utf-8') as f:
-      f.write(text.rstrip('\n') + '\n')
+    plan_sections.write(args.output, text.rstrip('\n') + '\n',
+                        f'{args.target}+{args.draft}' if lm else None)
 
-  common = dict(target=T5_CONFIGS[args.target], draft=T5_CONFIGS[args.draft],
+  common = dict(target=known[args.target], draft=known[args.draft],
                 gamma=args.gamma, input_len=args.input_len, activation_dtype=args.dtype,
                 temperature=args.temperature, rules=axis_rules.STANDARD_RULES)
-  runs = [('cpu', [mesh_lib.make_mesh(shape=s) for s in grid['meshes']], 1)]
-  if args.tpu:
-    runs.insert(0, ('tpu', _tpu_meshes(grid['meshes']), 2))
-  for backend, meshes, per_chip in runs:
-    memory_plan.plan_grid(meshes, grid['batches'], grid['lengths'], grid['param_dtypes'],
-                          on_row=functools.partial(write, backend),
-                          done=[r.key for r in tables[backend]],
-                          devices_per_chip=per_chip, **common)
+  if lm:  # each mesh its own chip: (mesh, devices per chip, HBM per chip)
+    runs = [('cpu', plan_sections.cpu_meshes(grid['meshes']))]
+    if args.tpu:
+      runs.insert(0, ('tpu', plan_sections.tpu_meshes(grid['meshes'])))
+  else:
+    runs = [('cpu', [(mesh_lib.make_mesh(shape=s), 1, memory_plan.TPU_V4_HBM)
+                     for s in grid['meshes']])]
+    if args.tpu:
+      runs.insert(0, ('tpu', [(m, 2, memory_plan.TPU_V4_HBM)
+                              for m in _tpu_meshes(grid['meshes'])]))
+  for backend, meshes in runs:
+    for mesh, per_chip, hbm in meshes:
+      memory_plan.plan_grid([mesh], grid['batches'], grid['lengths'], grid['param_dtypes'],
+                            on_row=functools.partial(write, backend),
+                            done=[r.key for r in tables[backend]],
+                            devices_per_chip=per_chip, hbm=hbm, **common)
   render()
   return 0
 

@@ -76,3 +76,19 @@ def test_decode_cli_refuses_a_mixed_pair(dirs, capsys):
                     '--input', str(dirs / 'prompts.txt'), '--quiet'])
   assert rc == 2
   assert 'both be decoder-only or both be T5' in capsys.readouterr().err
+
+
+def test_hf_peers_decode_the_same_weights_identically(dirs):
+  """The bench's peers (HF greedy and assisted generation on the exported pair) give the
+  target's greedy output, as specjax does."""
+  import specjax
+  from specjax.bench import peers
+  target, tp = checkpoints.load_model(str(dirs / 'target'))
+  draft, dp = checkpoints.load_model(str(dirs / 'draft'))
+  tok = checkpoints.load_tokenizer(str(dirs / 'target'), target)
+  inputs = inputs_lib.tokenize(tok, ['w3 w7 w9', 'w10 w11', 'w40 w41 w42 w43 w44'], 8, False)
+  greedy = np.asarray(specjax.autoregressive_decode(target, tp, inputs, max_decode_len=8).tokens)
+  result = peers.peer_summary(target, tp, draft, dp, inputs, 8, 3, greedy, seed=0)
+  assert set(result['runs']) == {'specjax', 'hf_greedy', 'hf_assisted'}
+  for name, run in result['runs'].items():
+    assert run['identical'] is True, (name, run)

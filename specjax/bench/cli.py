@@ -37,8 +37,9 @@ DEMO_TEST = os.path.join(ASSETS, 'test.jsonl')
 def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(prog='python -m specjax.bench', description=__doc__.split('\n')[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument('--target', default='demo_target')
-  p.add_argument('--draft', default='demo_draft')
+  p.add_argument('--target', default='demo_target', help='registry name or checkpoint '
+                 'directory (Hugging Face Llama, GPT-2 or T5, T5X, orbax)')
+  p.add_argument('--draft', default='demo_draft', help='registry name or checkpoint directory')
   p.add_argument('--target-checkpoint')
   p.add_argument('--draft-checkpoint')
   p.add_argument('--vocab')
@@ -150,8 +151,9 @@ def run_bench(args) -> dict:
   if len(inputs) == 0:
     raise ValueError(f'fewer examples than --batch-size {size}; lower it or add inputs')
   slots = size if args.refill else None
-  batches = ([pad_to_bucket(inputs, args.pad_inputs)] if args.refill else
-             [pad_to_bucket(inputs[i:i + size], args.pad_inputs)
+  pad = target.pad_id  # 0 for T5; a decoder-only model's own
+  batches = ([pad_to_bucket(inputs, args.pad_inputs, pad)] if args.refill else
+             [pad_to_bucket(inputs[i:i + size], args.pad_inputs, pad)
               for i in range(0, len(inputs), size)])
   repeats = 4 if args.quick else 32
   cache_len = max_len + max(gammas) + 2

@@ -7,14 +7,17 @@ device. Params are arguments of both programs (`keep_unused`), so a program's to
 argument + output - alias + temp is what one device holds while it runs, and the peak
 of a decode is the larger of the two.
 
-Shape letters: B batch, S encoder length, L max_decode_len, G gamma.
+The pair is any two configs of the models (`T5Config` for T5, `LMConfig` for the decoder-
+only Llama family and GPT-2, whose input is the prompt: S is then the prompt width).
+
+Shape letters: B batch, S encoder length (or prompt width), L max_decode_len, G gamma.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
 import time
-from typing import Any, Iterable, List, Sequence, Tuple
+from typing import Any, Iterable, List, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +26,8 @@ import numpy as np
 from specjax.core import decoder
 from specjax.core.sampling import SamplingMode
 from specjax.core.state import LoopConfig
+from specjax.models.lm import CausalLM
+from specjax.models.lm_config import LMConfig
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5Config
 from specjax.parallel import mesh as mesh_lib
@@ -30,6 +35,8 @@ from specjax.parallel import rules as axis_rules
 
 GIB = 1 << 30
 TPU_V4_HBM = 32 * GIB  # one TPU v4 chip
+TPU_V5E_HBM = 16 * GIB  # one TPU v5e chip
+Config = Union[T5Config, LMConfig]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +55,7 @@ class PlanRow:
     compile_seconds: time to lower and compile both.
     devices_per_chip: 2 for TPU v4 compile-only cores (two per chip), else 1.
     error: why it did not compile (TPU's out-of-HBM message), else ''.
+    hbm: bytes of HBM one chip has (32 GiB a TPU v4 chip, 16 GiB a v5e chip).
   """
 
   mesh: Tuple[int, int]
@@ -61,6 +69,7 @@ class PlanRow:
   compile_seconds: float
   devices_per_chip: int = 1
   error: str = ''
+  hbm: int = TPU_V4_HBM
 
   def to_json(self) -> dict:
     """A JSON-able dict (see `from_json`)."""
@@ -99,8 +108,8 @@ class PlanRow:
 
   @property
   def fits(self) -> bool:
-    """Whether a chip's peak fits one TPU v4 chip's 32 GiB of HBM."""
-    return not self.error and self.chip_peak <= TPU_V4_HBM
+    """Whether a chip's peak fits its HBM (`hbm`: 32 GiB for a TPU v4 chip)."""
+    return not self.error and self.chip_peak <= self.hbm
 
 
 def _memory(compiled) -> dict:
@@ -118,32 +127,39 @@ def _cast(tree: Any, dtype: Any) -> Any:
   return jax.tree.map(cast, tree)
 
 
-def plan_decode(mesh: jax.sharding.Mesh, target: T5Config, draft: T5Config, *, gamma: int,
+def model_of(config: Config, dtype: str):
+  """The model of a config with `dtype` activations: a `T5` or a `CausalLM`."""
+  config = config.replace(dtype=dtype)
+  return CausalLM(config) if isinstance(config, LMConfig) else T5(config)
+
+
+def plan_decode(mesh: jax.sharding.Mesh, target: Config, draft: Config, *, gamma: int,
                 batch: int, input_len: int, max_decode_len: int,
                 activation_dtype: str = 'bfloat16', param_dtype: str = 'float32',
                 temperature: float = 1.0, rules: axis_rules.Rules = axis_rules.STANDARD_RULES,
-                devices_per_chip: int = 1) -> PlanRow:
+                devices_per_chip: int = 1, hbm: int = TPU_V4_HBM) -> PlanRow:
   """Compiles one sharded speculative decode shape and measures it per device.
 
   Args:
     mesh: a ('data', 'model') mesh (simulated CPU devices are fine).
-    target: the target's config (e.g. t5_xxl).
-    draft: the draft's config (e.g. t5_small).
+    target: the target's config (e.g. t5_xxl, llama3_8b).
+    draft: the draft's config (e.g. t5_small, llama3_2_1b), of the target's kind.
     gamma: G.
     batch: B (must divide by the mesh's 'data' axis).
-    input_len: S.
+    input_len: S (a decoder-only model's prompt width).
     max_decode_len: L.
     activation_dtype: activations and caches.
     param_dtype: params as held on device (the library loads float32).
     temperature: 0 plans greedy, > 0 plans sampling (a softmax over V more per position).
     rules: logical axis rules.
     devices_per_chip: recorded in the row (2 for `tpu_v4_mesh` cores).
+    hbm: a chip's HBM in bytes, recorded in the row (what `fits` compares with).
 
   Returns:
     The PlanRow.
   """
-  target_model = T5(target.replace(dtype=activation_dtype))
-  draft_model = T5(draft.replace(dtype=activation_dtype))
+  target_model = model_of(target, activation_dtype)
+  draft_model = model_of(draft, activation_dtype)
   cfg = LoopConfig(gamma=gamma, max_decode_len=max_decode_len,
                    sampling=SamplingMode(greedy=temperature == 0.0))
   start = time.perf_counter()
@@ -166,13 +182,13 @@ def plan_decode(mesh: jax.sharding.Mesh, target: T5Config, draft: T5Config, *, g
   shardings_of = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
   params = sum(axis_rules.bytes_per_device(t, shardings_of(t)) for t in (tp, dp))
   run = a['run']
-  caches = (run.state.target_cache, run.state.draft_cache, run.target_enc['cross'],
-            run.draft_enc['cross'])
+  caches = (run.state.target_cache, run.state.draft_cache, run.target_enc.get('cross', {}),
+            run.draft_enc.get('cross', {}))
   cache_bytes = sum(axis_rules.bytes_per_device(t, shardings_of(t)) for t in caches)
   return PlanRow(mesh=mesh_lib.mesh_shape(mesh), batch=batch, max_decode_len=max_decode_len,
                  param_dtype=jnp.dtype(param_dtype).name, params=params, caches=cache_bytes,
                  prefill=prefill, loop=loop, compile_seconds=seconds,
-                 devices_per_chip=devices_per_chip, error=error)
+                 devices_per_chip=devices_per_chip, error=error, hbm=hbm)
 
 
 # Compile-only TPU v4 topologies (libtpu, no TPU needed) by chip count: name, options.
@@ -198,6 +214,26 @@ def tpu_v4_mesh(chips: int, data: int = 1) -> jax.sharding.Mesh:
   name, options = _V4_TOPOLOGIES[chips]
   cores = topologies.get_topology_desc(name, 'tpu', **options).devices
   return jax.sharding.Mesh(np.array(cores).reshape(data, len(cores) // data),
+                           mesh_lib.MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+# Compile-only TPU v5e topologies by chip count (one TensorCore a chip).
+_V5E_TOPOLOGIES = {1: 'v5e:1x1', 4: 'v5e:2x2', 8: 'v5e:2x4'}
+
+
+def tpu_v5e_mesh(chips: int = 1, data: int = 1) -> jax.sharding.Mesh:
+  """A ('data', 'model') mesh of compile-only TPU v5e chips (libtpu, no TPU needed).
+
+  Args:
+    chips: 1, 4 (v5e-4) or 8 (v5e-8); each chip is one device with 16 GiB of HBM.
+    data: the 'data' axis size; 'model' takes the other chips.
+  """
+  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+  if chips not in _V5E_TOPOLOGIES:
+    raise ValueError(f'no TPU v5e topology for {chips} chips; pass one of '
+                     f'{sorted(_V5E_TOPOLOGIES)}')
+  chips_desc = topologies.get_topology_desc(_V5E_TOPOLOGIES[chips], 'tpu').devices
+  return jax.sharding.Mesh(np.array(chips_desc).reshape(data, len(chips_desc) // data),
                            mesh_lib.MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
@@ -241,10 +277,12 @@ def _gib(n: int) -> str:
 
 
 def to_markdown(rows: Sequence[PlanRow]) -> str:
-  """One table row per PlanRow (GiB per device, and per chip); **NO** above 32 GiB a chip."""
+  """One table row per PlanRow (GiB per device, and per chip); **NO** above a chip's HBM."""
+  hbm = sorted({r.hbm for r in rows})
+  fits = f'fits {" / ".join(f"{h // GIB}" for h in hbm)} GiB'
   lines = [
       '| chips | mesh (data x model) | param dtype | B | L | params | caches | prefill '
-      'arg / out / temp | loop arg / out / temp | peak / device | peak / chip | fits 32 GiB |',
+      f'arg / out / temp | loop arg / out / temp | peak / device | peak / chip | {fits} |',
       '|---:|:---:|:---:|---:|---:|---:|---:|:---:|:---:|---:|---:|:---:|']
   for r in rows:
     cells = [f'{r.chips}', f'{r.mesh[0]}x{r.mesh[1]}', r.param_dtype, f'{r.batch}',
@@ -260,7 +298,7 @@ def to_markdown(rows: Sequence[PlanRow]) -> str:
 
 
 def summarize(rows: Sequence[PlanRow]) -> str:
-  """One markdown bullet per (chips, param dtype): the (B, L) cells that fit 32 GiB a chip."""
+  """One markdown bullet per (chips, param dtype): the (B, L) cells that fit a chip's HBM."""
   groups = {}
   for r in rows:
     groups.setdefault((r.chips, r.param_dtype), []).append(r)
