@@ -207,7 +207,8 @@ def main(argv=None) -> int:
               else (('tpu', _TPU), ('cpu', _CPU)))
     for key, intro in intros:
       if tables[key]:
-        text += (intro + memory_plan.summarize(tables[key]) + '\n' +
+        summary = plan_sections.summarize if lm else memory_plan.summarize
+        text += (intro + summary(tables[key]) + '\n' +
                  memory_plan.to_markdown(tables[key]) + '\n')
     plan_sections.write(args.output, text.rstrip('\n') + '\n',
                         f'{args.target}+{args.draft}' if lm else None)

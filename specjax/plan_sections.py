@@ -73,6 +73,21 @@ def header(args, grid, argv: Sequence[str], jax_version: str) -> str:
                           temperature=args.temperature) + '\n')
 
 
+def summarize(rows: Sequence[memory_plan.PlanRow]) -> str:
+  """One markdown bullet per (chip kind, chips): the (B, L) cells that fit its HBM."""
+  groups = {}
+  for r in rows:
+    groups.setdefault((r.hbm, r.chips), []).append(r)
+  lines = []
+  for (hbm, chips), group in groups.items():
+    kind = {memory_plan.TPU_V5E_HBM: 'v5e', memory_plan.TPU_V4_HBM: 'v4'}.get(hbm, 'TPU')
+    fit = [f'B={r.batch} L={r.max_decode_len}' for r in group if r.fits]
+    verdict = ', '.join(fit) if len(fit) < len(group) else 'every planned B and L'
+    lines.append(f'- {chips} {kind} chip{"s" if chips > 1 else ""} ({hbm // memory_plan.GIB} '
+                 f'GiB each), {group[0].param_dtype} params: fits {verdict or "nothing"}')
+  return '\n'.join(lines) + '\n'
+
+
 def rows_path(output: str, target: str, draft: str) -> str:
   """Where a decoder-only pair's rows go: beside the markdown, named after the pair."""
   return f'{os.path.splitext(output)[0]}_{target}+{draft}.json'

@@ -25,7 +25,8 @@ from specjax.models.lm import CausalLM
 
 def _export_and_load(model, params, path: str):
   """The model as transformers' own, through a `save_pretrained`-style directory."""
-  from transformers import AutoModelForCausalLM, T5ForConditionalGeneration  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from transformers import AutoModelForCausalLM, T5ForConditionalGeneration
   if isinstance(model, CausalLM):
     hf_files.save_hf_lm_dir(path, model.config, params)
     return AutoModelForCausalLM.from_pretrained(path).eval()

@@ -1,10 +1,11 @@
 """Load a model and its params from any checkpoint (T5X, Hugging Face, orbax).
 
 `load_model` is the one entry point: it resolves the config (a registry name, a T5Config or
-LMConfig, or the checkpoint's own), detects the format (a Hugging Face directory of a Llama-
-family or GPT-2 model gives a `CausalLM`, of a T5 a `T5`), checks the tree against the config's shapes
-(`jax.eval_shape(model.init, key)`) and returns float32 params. `save_params` writes the
-orbax format with a `specjax.json` that lets `load_model(None, path)` rebuild the config.
+LMConfig, or the checkpoint's own), detects the format (a Hugging Face directory of a
+Llama-family or GPT-2 model gives a `CausalLM`, of a T5 a `T5`), checks the tree against
+the config's shapes (`jax.eval_shape(model.init, key)`) and returns float32 params.
+`save_params` writes the orbax format with a `specjax.json` that lets
+`load_model(None, path)` (or `load_model(path)`) rebuild the config.
 """
 from __future__ import annotations
 
