@@ -5,6 +5,7 @@ import numpy as np
 VOCAB = 48
 LLAMA_PAD, LLAMA_BOS, LLAMA_EOS = 0, 1, 2
 GPT2_EOS = VOCAB - 1  # GPT-2 pads with its EOS (= BOS), as generate does
+WORDS = ['<pad>', '<s>', '</s>'] + [f'w{i}' for i in range(3, VOCAB)]
 
 
 def hf_config(kind: str, **overrides):
@@ -62,3 +63,16 @@ def prompts(kind: str, seed: int = 0, lengths=(7, 4, 2), width: int = 8,
     else:
       out[i, :n] = row
   return out
+
+
+def write_tokenizer_json(path) -> None:
+  """A word-level tokenizer.json of the Llama models' ids (`WORDS`) whose post-processor
+  adds BOS, as Llama's does."""
+  # pylint: disable-next=import-outside-toplevel
+  from tokenizers import Tokenizer, models, pre_tokenizers, processors
+  tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token='<pad>'))
+  tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+  tok.add_special_tokens(WORDS[:3])
+  tok.post_processor = processors.TemplateProcessing(single='<s> $A',
+                                                     special_tokens=[('<s>', LLAMA_BOS)])
+  tok.save(str(path))

@@ -10,20 +10,8 @@ tokenizers = pytest.importorskip('tokenizers')
 
 from specjax import checkpoints, decode  # noqa: E402
 from specjax.job import inputs as inputs_lib  # noqa: E402
-from lm_for_tests import LLAMA_BOS, LLAMA_EOS, LLAMA_PAD, VOCAB, hf_model  # noqa: E402
-
-WORDS = ['<pad>', '<s>', '</s>'] + [f'w{i}' for i in range(3, VOCAB)]
-
-
-def _tokenizer_json(path) -> None:
-  """A word-level tokenizer.json whose post-processor adds BOS, as Llama's does."""
-  from tokenizers import Tokenizer, models, pre_tokenizers, processors
-  tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token='<pad>'))
-  tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-  tok.add_special_tokens(WORDS[:3])
-  tok.post_processor = processors.TemplateProcessing(single='<s> $A',
-                                                     special_tokens=[('<s>', LLAMA_BOS)])
-  tok.save(str(path))
+from lm_for_tests import (LLAMA_BOS, LLAMA_EOS, LLAMA_PAD, VOCAB, WORDS, hf_model,  # noqa: E402
+                          write_tokenizer_json)
 
 
 @pytest.fixture(scope='module')
@@ -34,7 +22,7 @@ def dirs(tmp_path_factory):
   draft = hf_model('llama', seed=1, num_hidden_layers=1)  # the target without its layer 1
   draft.load_state_dict({k: v for k, v in target.state_dict().items() if 'layers.1.' not in k})
   draft.save_pretrained(root / 'draft')
-  _tokenizer_json(root / 'target' / 'tokenizer.json')
+  write_tokenizer_json(root / 'target' / 'tokenizer.json')
   (root / 'prompts.txt').write_text('w3 w7 w9 w12\nw10 w11\nw40\nw5 w6 w7 w8 w9 w10 w11\n'
                                     'w20 w21 w22\n')
   return root
@@ -92,3 +80,22 @@ def test_hf_peers_decode_the_same_weights_identically(dirs):
   assert set(result['runs']) == {'specjax', 'hf_greedy', 'hf_assisted'}
   for name, run in result['runs'].items():
     assert run['identical'] is True, (name, run)
+
+
+def test_a_t5_hugging_face_directory_is_a_target_path_too(tmp_path):
+  """--target DIR with a T5 directory: the config from its config.json, the vocabulary from
+  its spiece.model."""
+  import shutil
+  from specjax.checkpoints import hf_t5
+  from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, DEMO_VOCAB
+  from specjax.job import decode_job, pair
+  from specjax.models.t5 import T5
+  demo, params = checkpoints.load_model('demo_draft', DEFAULT_CHECKPOINTS['demo_draft'])
+  hf_t5.save_hf_dir(str(tmp_path), demo.config, params)
+  shutil.copy(DEMO_VOCAB, tmp_path / 'spiece.model')
+  target, tp, draft, _, vocab = pair.load_pair(decode_job.DecodeJob(target=str(tmp_path),
+                                                                    draft='demo_draft'))
+  assert isinstance(target, T5) and target.config.vocab_size == draft.config.vocab_size
+  assert vocab.path == str(tmp_path / 'spiece.model')
+  np.testing.assert_allclose(tp['decoder']['decoder_norm']['scale'],
+                             params['decoder']['decoder_norm']['scale'])

@@ -86,3 +86,23 @@ def test_params_and_kv_caches_shard_over_heads_and_kv_heads(pair_and_inputs):
   assert k.sharding.spec == P('data', 'model', None, None)
   assert {s.data.shape[:2] for s in k.addressable_shards} == {(4, 1)}
   assert state.draft_cache[0]['v'].sharding.spec == P('data', None, None, None)
+
+
+def test_a_llama_directory_loads_onto_the_mesh_as_the_rules_say(tmp_path):
+  """--target DIR --mesh data=2,model=4: the config comes with the checkpoint, the params
+  are then placed by the rules (query and KV heads over 'model')."""
+  pytest.importorskip('transformers')
+  from lm_for_tests import hf_model, write_tokenizer_json  # pylint: disable=import-outside-toplevel
+  from specjax.job import decode_job, pair  # pylint: disable=import-outside-toplevel
+  hf_model('llama', num_attention_heads=8, num_key_value_heads=4).save_pretrained(
+      tmp_path / 'target')
+  write_tokenizer_json(tmp_path / 'target' / 'tokenizer.json')
+  job = decode_job.DecodeJob(target=str(tmp_path / 'target'), draft=str(tmp_path / 'target'),
+                             mesh='data=2,model=4')
+  mesh = pair.job_mesh(job)
+  target, tp, _, dp, _ = pair.load_pair(job, mesh)
+  att = tp['layers_0']['attention']
+  assert att['query']['kernel'].sharding.spec == P(None, 'model', None)  # [D, N=8, H=4]
+  assert att['key']['kernel'].sharding.spec == P(None, 'model', None)  # [D, M=4, H=4]
+  assert tp['lm_head']['kernel'].sharding.spec == P(None, 'model')
+  assert target.config.num_kv_heads == 4
