@@ -18,9 +18,9 @@ from specjax.parallel import mesh as mesh_lib
 
 LM_GAMMA = 5
 LM_PROMPT = 512
-# Meshes as (chip kind, data, model) in chips.
-LM_FULL = dict(meshes=(('v5e', 1, 1), ('v4', 1, 4)), batches=(1, 8, 32), lengths=(256, 1024),
-               param_dtypes=('bfloat16',))
+# Meshes as (chip kind, data, model) in chips: one v5e chip, a v4-8 slice, a v5e-4 slice.
+LM_FULL = dict(meshes=(('v5e', 1, 1), ('v4', 1, 4), ('v5e', 1, 4)), batches=(1, 8, 32),
+               lengths=(256, 1024), param_dtypes=('bfloat16',))
 LM_QUICK = dict(meshes=(('v5e', 1, 1), ('v4', 1, 4)), batches=(1, 8), lengths=(256,),
                 param_dtypes=('bfloat16',))
 _HBM = {'v5e': memory_plan.TPU_V5E_HBM, 'v4': memory_plan.TPU_V4_HBM}
@@ -37,15 +37,17 @@ prompt; loop: the while loop with the state donated), compiled against shapes on
 {input_len}, sampling (temperature {temperature}), bfloat16 params
 (`--param-dtype bfloat16`); T5X's standard rules plus 'kv_heads' -> model (the KV cache
 [B, M, H, T] holds the 8 KV heads of grouped-query attention, not the 32 query heads).
-A v4-8 slice is 4 chips of 32 GiB; a v5e chip has 16 GiB. The caches column is both
+A v4-8 slice is 4 chips of 32 GiB; a v5e chip has 16 GiB (15.75 usable), less than the
+pair's bfloat16 params (8.0B + 1.2B parameters, 17.3 GiB): one v5e chip cannot hold the
+pair, so a v5e-4 slice is planned too. The caches column is both
 models' KV caches of P + L + G + 1 positions.
 """
 
 LM_TPU = """\
 ### TPU, compile-only (libtpu, no TPU needed)
 
-One v5e chip is one device (1x1); the v4-8 slice is 8 TensorCores (1x8, two per chip, no
-megacore), so a v4 chip holds its two cores' peaks.
+A v5e chip is one device (one chip 1x1, v5e-4 1x4); the v4-8 slice is 8 TensorCores (1x8,
+two per chip, no megacore), so a v4 chip holds its two cores' peaks.
 
 """
 
@@ -94,8 +96,14 @@ def rows_path(output: str, target: str, draft: str) -> str:
 
 
 def cpu_meshes(meshes) -> List[Tuple[object, int, int]]:
-  """(simulated CPU mesh, devices per chip, HBM per chip) per (kind, data, model)."""
-  return [(mesh_lib.make_mesh(shape=(d, m)), 1, _HBM[kind]) for kind, d, m in meshes]
+  """(simulated CPU mesh, devices per chip, HBM per chip) per (kind, data, model); a shape
+  planned once (CPU compiles it alike for either chip: the first kind judges it)."""
+  out, shapes = [], set()
+  for kind, d, m in meshes:
+    if (d, m) not in shapes:
+      shapes.add((d, m))
+      out.append((mesh_lib.make_mesh(shape=(d, m)), 1, _HBM[kind]))
+  return out
 
 
 def tpu_meshes(meshes) -> List[Tuple[object, int, int]]:
