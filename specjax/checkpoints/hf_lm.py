@@ -29,6 +29,12 @@ def _first(ids):
   return ids[0] if isinstance(ids, (list, tuple)) else ids
 
 
+def _pad(hf: Dict[str, Any], eos: int) -> int:
+  """The pad id: config.json's pad_token_id, else the EOS (as `generate` pads)."""
+  pad = _first(hf.get('pad_token_id'))
+  return eos if pad is None else pad
+
+
 def _activation(name: str) -> str:
   if name not in _ACTIVATIONS:
     raise ValueError(f'activation {name!r} is not supported; use one of '
@@ -78,8 +84,7 @@ def config_from_hf(hf: Dict[str, Any], name: str = '') -> LMConfig:
           attention_bias=bool(hf.get('attention_bias', False)),
           mlp_bias=bool(hf.get('mlp_bias', False)),
           max_len=hf.get('max_position_embeddings', 2048), bos_id=hf.get('bos_token_id'),
-          eos_id=eos, pad_id=_first(hf.get('pad_token_id')) if hf.get('pad_token_id')
-          is not None else eos, name=name, **_rope(hf))
+          eos_id=eos, pad_id=_pad(hf, eos), name=name, **_rope(hf))
     if kind == 'gpt2':
       if hf.get('scale_attn_by_inverse_layer_idx') or hf.get('reorder_and_upcast_attn'):
         raise ValueError('scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are '
@@ -96,8 +101,7 @@ def config_from_hf(hf: Dict[str, Any], name: str = '') -> LMConfig:
           norm_eps=float(hf.get('layer_norm_epsilon', 1e-5)),
           tie_embeddings=bool(hf.get('tie_word_embeddings', True)),
           max_len=hf.get('n_positions', 1024), bos_id=hf.get('bos_token_id'), eos_id=eos,
-          pad_id=_first(hf.get('pad_token_id')) if hf.get('pad_token_id') is not None
-          else eos, name=name)
+          pad_id=_pad(hf, eos), name=name)
   except KeyError as e:
     raise ValueError(f'config.json of a {kind} model has no {e.args[0]!r}; pass the '
                      'config.json save_pretrained wrote with the weights') from None
