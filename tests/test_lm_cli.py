@@ -33,8 +33,13 @@ def test_tokenizer_encodes_prompts_without_eos(dirs):
   tok = checkpoints.load_tokenizer(str(dirs / 'target'), target)
   assert tok.encode('w3 w7') == [LLAMA_BOS, 3, 7]
   assert tok.decode([5, 6, LLAMA_PAD, 7, LLAMA_EOS, 9]) == 'w5 w6 w7'
-  rows = inputs_lib.tokenize(tok, ['w3 w7', 'w9'], 6, False)
+  rows, truncated = inputs_lib.tokenize(tok, ['w3 w7', 'w9'], 6, False)
   np.testing.assert_array_equal(rows, [[1, 3, 7, 0, 0, 0], [1, 9, 0, 0, 0, 0]])
+  assert not truncated.any()
+  no_bos = type('NoBos', (), dict(appends_eos=False, eos_id=2, pad_id=0,
+                                   encode=lambda self, text: [3] * len(text.split())))()
+  with pytest.raises(ValueError, match='input line 2 encodes to no tokens'):
+    inputs_lib.tokenize(no_bos, ['w3', ''], 6, False)
   tok.check_fits(VOCAB)
   with pytest.raises(ValueError, match='has 48 ids but the model has only 40 logits'):
     tok.check_fits(40)
@@ -74,7 +79,8 @@ def test_hf_peers_decode_the_same_weights_identically(dirs):
   target, tp = checkpoints.load_model(str(dirs / 'target'))
   draft, dp = checkpoints.load_model(str(dirs / 'draft'))
   tok = checkpoints.load_tokenizer(str(dirs / 'target'), target)
-  inputs = inputs_lib.tokenize(tok, ['w3 w7 w9', 'w10 w11', 'w40 w41 w42 w43 w44'], 8, False)
+  inputs = inputs_lib.tokenize(tok, ['w3 w7 w9', 'w10 w11', 'w40 w41 w42 w43 w44'], 8,
+                               False)[0]
   greedy = np.asarray(specjax.autoregressive_decode(target, tp, inputs, max_decode_len=8).tokens)
   result = peers.peer_summary(target, tp, draft, dp, inputs, 8, 3, greedy, seed=0)
   assert set(result['runs']) == {'specjax', 'hf_greedy', 'hf_assisted'}
