@@ -29,7 +29,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                  't5_xxl, t5_1_0_11b, ...) or checkpoint directory (a Hugging Face Llama, '
                  'GPT-2 or T5 directory, T5X, orbax)')
   p.add_argument('--draft', default='demo_draft', help='draft registry name (demo_draft, '
-                 't5_small, ...) or checkpoint directory')
+                 't5_small, ...) or checkpoint directory; copy: copy from the input; bigram: '
+                 'the target\'s bigram table (bundled for demo_target, else --draft-checkpoint '
+                 'TABLE.npz); copy+NAME: copy where the output repeats the input, the model NAME '
+                 'elsewhere')
   p.add_argument('--target-checkpoint', help='T5X, Hugging Face or orbax checkpoint of the '
                  'target (default: bundled for demo_*, the public T5X one on GCS for t5_*)')
   p.add_argument('--draft-checkpoint', help='checkpoint of the draft (defaults as above)')
@@ -57,6 +60,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'or "auto": measure c, v(K) and alpha at this batch size, pick the gamma the '
                  'formula predicts fastest, and fall back to the target alone (gamma 0) when '
                  'that measures slower)')
+  p.add_argument('--verification', default='token', choices=('token', 'block'),
+                 help='token: the paper\'s rule, each draft token in turn; block: block '
+                 'verification, which keeps at least as many tokens per call; both exact')
+  p.add_argument('--draft-threshold', type=float, default=0.0, help='per-row dynamic gamma: '
+                 'a row stops drafting at its first token the draft gives less than this '
+                 'probability (0: always gamma tokens); exact')
+  p.add_argument('--lenience', type=float, default=1.0, help='sampled decoding only: accept '
+                 'when r*lenience*q < p; below 1 the output no longer follows the target\'s '
+                 'distribution (lossy, faster)')
   p.add_argument('--temperature', type=float, default=0.0, help='0 is greedy')
   p.add_argument('--top-k', type=int, default=0, help='0 keeps every token')
   p.add_argument('--top-p', type=float, default=1.0, help='1 keeps every token')
@@ -107,6 +119,8 @@ def _job(args: argparse.Namespace) -> DecodeJob:
       input=args.input, input_format=args.input_format, errors=args.errors,
       task=args.task, split=args.split,
       output=args.output, prefix=args.prefix, gamma=gamma,
+      verification=args.verification, draft_threshold=args.draft_threshold,
+      lenience=args.lenience,
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
       batch_size=args.batch_size, max_input_len=args.max_input_len,
       max_decode_len=args.max_decode_len, truncate_inputs=args.truncate_inputs,
@@ -122,6 +136,12 @@ def _print_summary(s: dict) -> None:
         f'gamma {s["gamma"]}, temperature {s["temperature"]}')
   if s.get('gamma_reason'):
     print(f'  gamma: {s["gamma_reason"]}')
+  rule = [f'{s["verification"]} verification'] + (
+      [f'draft threshold {s["draft_threshold"]}'] if s['draft_threshold'] else [])
+  print(f'  {", ".join(rule)}')
+  if s['lenience'] < 1:
+    print(f'  lenience {s["lenience"]}: NOT exact, the outputs do not follow the target\'s '
+          'distribution (lenience 1 is exact)')
   if s.get('resumed'):
     print(f'  resumed: {s["resumed"]} inputs were already in the output, {s["decoded"]} '
           'decoded now')

@@ -1,5 +1,4 @@
 """Exact enumeration of Markov sequence probabilities and a chi-square check."""
-import itertools
 
 import numpy as np
 from scipy import stats

@@ -1,5 +1,7 @@
 """Parity with Hugging Face T5 (v1.0 and v1.1): logits, greedy generation, conversion."""
 import json
+import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -222,6 +224,20 @@ def test_mismatches_fail_with_a_message(pair, tmp_path):
     hf_t5.params_from_hf(state_dict, model.config.replace(num_encoder_layers=3))
   with pytest.raises(ValueError, match='shape'):
     hf_t5.params_from_hf(state_dict, model.config.replace(mlp_dim=8))
+
+
+def test_a_directory_missing_a_weight_is_a_one_line_cli_error(pair, tmp_path, capsys):
+  from safetensors.numpy import save_file
+  from specjax import decode
+  _, _, path, model, params, _, _ = pair
+  _, state_dict = hf_t5.params_to_hf(model.config, params)
+  gone = sorted(k for k in state_dict if k.startswith('decoder.block.0.'))[0]
+  shutil.copy(os.path.join(path, 'config.json'), tmp_path)
+  save_file({k: np.ascontiguousarray(v) for k, v in state_dict.items() if k != gone},
+            str(tmp_path / 'model.safetensors'))
+  assert decode.main(['--target', str(tmp_path), '--draft', str(tmp_path), '--quiet']) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith('error: ') and '\n' not in err and f'{gone} is missing' in err
 
 
 def test_sharded_safetensors_load_through_their_index(pair, tmp_path):

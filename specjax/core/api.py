@@ -73,11 +73,9 @@ def _device_defaults(num: int, setting: Optional[SamplingConfig]):
 VERIFICATIONS = ('token', 'block')
 
 
-def loop_config(model, gamma: int, max_decode_len: int, params: SamplingParams,
-                eos_id: Optional[int] = None, pad_id: Optional[int] = None,
-                verification: str = 'token', draft_threshold: float = 0.0,
-                lenience: float = 1.0) -> LoopConfig:
-  """The static config of a decode: eos and pad ids default to the ones the model declares.
+def check_rule(verification: str, draft_threshold: float, lenience: float,
+               greedy: bool) -> None:
+  """Checks the verification rule of a speculative decode.
 
   Raises:
     ValueError: an unknown verification, a threshold outside [0, 1], a lenience outside
@@ -91,10 +89,23 @@ def loop_config(model, gamma: int, max_decode_len: int, params: SamplingParams,
                      f'tokens always), got {draft_threshold}')
   if not 0.0 < lenience <= 1.0:
     raise ValueError(f'lenience must be in (0, 1] (1 is exact), got {lenience}')
-  mode = params.mode()
-  if lenience < 1.0 and (mode.greedy or verification == 'block'):
+  if lenience < 1.0 and (greedy or verification == 'block'):
     raise ValueError('lenience changes the token rule of sampled decoding only; pass a '
                      'temperature > 0 and token verification, or lenience 1')
+
+
+def loop_config(model, gamma: int, max_decode_len: int, params: SamplingParams,
+                eos_id: Optional[int] = None, pad_id: Optional[int] = None,
+                verification: str = 'token', draft_threshold: float = 0.0,
+                lenience: float = 1.0) -> LoopConfig:
+  """The static config of a decode: eos and pad ids default to the ones the model declares.
+
+  Raises:
+    ValueError: an unknown verification, a threshold outside [0, 1], a lenience outside
+      (0, 1], or a lenience with greedy decoding or block verification.
+  """
+  mode = params.mode()
+  check_rule(verification, draft_threshold, lenience, mode.greedy)
   return LoopConfig(gamma=int(gamma), max_decode_len=int(max_decode_len), sampling=mode,
                     eos_id=getattr(model, 'eos_id', 1) if eos_id is None else eos_id,
                     pad_id=getattr(model, 'pad_id', 0) if pad_id is None else pad_id,

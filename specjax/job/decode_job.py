@@ -47,6 +47,9 @@ class DecodeJob:
   output: Optional[str] = None
   prefix: Optional[str] = None
   gamma: object = 'auto'  # an int >= 1, or 'auto' (which may pick 0: the target alone)
+  verification: str = 'token'  # or 'block' (specjax.core.api.speculative_decode)
+  draft_threshold: float = 0.0  # per-row dynamic gamma; 0 drafts gamma tokens always
+  lenience: float = 1.0  # < 1 accepts more sampled drafts: lossy
   temperature: float = 0.0
   top_k: int = 0
   top_p: float = 1.0
@@ -100,6 +103,7 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
     raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), got '
                      f'{job.gamma!r}; or --gamma auto, which may pick 0 (the target alone)')
   sampling = SamplingConfig(job.temperature, job.top_k, job.top_p)
+  api.check_rule(job.verification, job.draft_threshold, job.lenience, sampling.greedy)
   mesh = job_mesh(job)
   if mesh is not None:
     axis_rules.check_batch(job.batch_size, mesh)  # before loading anything big
@@ -131,7 +135,8 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
     warm = padded(inputs[:unit])
     job.gamma, gamma_reason, costs = calibrate.choose_gamma(
         target, tp, draft, dp, warm[:job.batch_size], sampling, job.max_decode_len,
-        mesh=mesh, rules=job_rules(job), probe=warm, slots=job.batch_size if refill else None)
+        mesh=mesh, rules=job_rules(job), probe=warm, slots=job.batch_size if refill else None,
+        **_rule(job))
     calibration = {'alpha': costs['alpha'], 'c': costs['c'],
                    'v': {str(k): x for k, x in costs['v'].items()},
                    'predicted_best': costs['predicted_best'],
@@ -187,7 +192,8 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
     progress.update(real)
   progress.close()
   return dict(
-      target=job.target, draft=job.draft, gamma=job.gamma, temperature=job.temperature,
+      target=job.target, draft=job.draft, gamma=job.gamma, **_rule(job),
+      temperature=job.temperature,
       top_k=job.top_k, top_p=job.top_p, batch_size=job.batch_size,
       num_examples=len(examples), resumed=skip, **totals.summary(job.compare),
       compile_seconds=sum(compile_seconds.values()), input_widths=sorted(compile_seconds),
@@ -211,8 +217,14 @@ def _decoders(job: DecodeJob, target, tp, draft, dp, sampling, mesh, refill: boo
     return alone, alone
   return (lambda x, num, ids: api.speculative_decode(target, tp, draft, dp, x,
                                                      gamma=job.gamma, num_inputs=num,
-                                                     row_ids=ids, **kw),
+                                                     row_ids=ids, **kw, **_rule(job)),
           alone)
+
+
+def _rule(job: DecodeJob) -> dict:
+  """The verification rule of `job`, as speculative_decode's keyword arguments."""
+  return dict(verification=job.verification, draft_threshold=job.draft_threshold,
+              lenience=job.lenience)
 
 
 def _progress(total: int, done: int, enabled: bool):

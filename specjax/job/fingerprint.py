@@ -38,7 +38,8 @@ def run_fingerprint(job, target, tp, draft, dp, input_sha256: str, prefix: str,
                     vocab) -> dict:
   """Everything that changes an output of `job`, as a flat JSON-able dict.
 
-  Gamma and the seed count only when sampling (greedy outputs do not depend on them);
+  Gamma, the seed and the verification rule count only when sampling (greedy outputs do
+  not depend on them);
   batch size, refill, padding and the mesh change no output and do not count.
   """
   sampled = job.temperature > 0
@@ -51,6 +52,8 @@ def run_fingerprint(job, target, tp, draft, dp, input_sha256: str, prefix: str,
                         job.truncate_inputs],
       'sampling': [job.temperature, job.top_k, job.top_p],
       'seed and gamma': [job.seed, job.gamma] if sampled else None,
+      'verification': ([job.verification, job.draft_threshold, job.lenience] if sampled
+                       else None),
       'max_decode_len': job.max_decode_len,
       'dtypes': [job.dtype, job.param_dtype],
   }

@@ -2,6 +2,8 @@
 
 A model is a registry name (its checkpoint from --target-checkpoint or the registry's) or a
 checkpoint path itself (T5X, Hugging Face T5 / Llama / GPT-2, orbax): `--target PATH`.
+The draft may also be one that costs nothing (`copy`, `bigram`, `copy+NAME`:
+`specjax.job.drafts`).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import jax
 
 from specjax import checkpoints
 from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, DEMO_VOCAB, T5_VOCAB
+from specjax.job import drafts
 from specjax.models.lm import CausalLM
 from specjax.models.lm_config import LM_CONFIGS
 from specjax.models.t5_config import T5_CONFIGS
@@ -97,24 +100,34 @@ def load_pair(job, mesh=None):
     (target, target_params, draft, draft_params, vocab).
   """
   target_path = _default(job.target, job.target_checkpoint, '--target-checkpoint')
-  draft_path = _default(job.draft, job.draft_checkpoint, '--draft-checkpoint')
   rules = job_rules(job)
   target, tp = _load(job.target, target_path, '--target-checkpoint', job.dtype, mesh, rules,
                      job.param_dtype)
-  draft, dp = _load(job.draft, draft_path, '--draft-checkpoint', job.dtype, mesh, rules,
-                    job.param_dtype)
+
+  loaded = {}  # the draft model's name, path and model, when --draft involves one
+
+  def load_draft(name):  # NAME of copy+NAME, or --draft itself
+    path = _default(name, job.draft_checkpoint if name == job.draft else None,
+                    '--draft-checkpoint')
+    model, params = _load(name, path, '--draft-checkpoint', job.dtype, mesh, rules,
+                          job.param_dtype)
+    loaded.update(name=name, path=path, model=model)
+    return model, params
+
+  draft, dp = drafts.resolve_draft(job.draft, target, job.target, load_draft,
+                                   table=job.draft_checkpoint)
   vocab = _vocab(job, target, target_path, job.vocab)
-  if job.draft_vocab:
-    draft_vocab = _vocab(job, draft, draft_path, job.draft_vocab)
+  if job.draft_vocab and loaded:
+    draft_vocab = _vocab(job, loaded['model'], loaded['path'], job.draft_vocab)
     if draft_vocab.serialized() != vocab.serialized():
       raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
                        f'{vocab.path}; speculative decoding needs one shared vocabulary')
-  if isinstance(target, CausalLM) != isinstance(draft, CausalLM):
+  if loaded and isinstance(target, CausalLM) != isinstance(loaded['model'], CausalLM):
     raise ValueError('the target and the draft must both be decoder-only or both be T5; '
                      'pick a draft of the target\'s kind')
-  if target.vocab_size != draft.vocab_size:
-    raise ValueError(f'the draft {job.draft} has {draft.vocab_size} logits but the target '
-                     f'{job.target} has {target.vocab_size}; pick a draft trained on the '
+  if loaded and target.vocab_size != loaded['model'].vocab_size:
+    raise ValueError(f'the draft {loaded["name"]} has {loaded["model"].vocab_size} logits '
+                     f'but the target {job.target} has {target.vocab_size}; pick a draft trained on the '
                      'target\'s vocabulary')
   vocab.check_fits(target.vocab_size)
   return target, tp, draft, dp, vocab

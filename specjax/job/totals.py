@@ -57,7 +57,8 @@ class Totals:
         acceptance_rate=self.accepted / max(self.beta_count, 1),
         tokens_per_call=self.tokens / max(self.row_calls, 1),
         target_calls=self.row_calls, batched_target_calls=self.batched_calls,
-        generated_tokens=self.tokens,
+        generated_tokens=self.tokens, drafted_tokens=self.drafted,
+        accepted_tokens=self.accepted,
         tokens_per_second=self.tokens / max(self.seconds, 1e-9), seconds=self.seconds,
         baseline_tokens=self.base_tokens if compare else None,
         baseline_tokens_per_second=(self.base_tokens / self.base_seconds

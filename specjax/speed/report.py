@@ -7,7 +7,7 @@ to the .json); the tables of predictions are built in `report_tables`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +17,7 @@ from specjax.models.t5_config import T5_CONFIGS
 from specjax.speed import report_tables as tables
 from specjax.speed import paper, roofline, t5x_peer, traffic
 from specjax.speed.programs import ProgramRow, cast_floats
-from specjax.speed.roofline import Cost, V4_CHIP
+from specjax.speed.roofline import V4_CHIP
 
 
 @dataclasses.dataclass(frozen=True)

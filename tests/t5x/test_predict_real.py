@@ -4,7 +4,6 @@ the target's distribution, errors are one line; restoring a target-only checkpoi
 T5X fills the draft, Orbax and msgpack alike."""
 import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
