@@ -172,6 +172,9 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     its factors, the interleaved timings (t_1, c, v, model_calls_seconds, ...), compile
     time and traces, and for greedy rows whether the output equals the target's.
   """
+  # Each row compiles its own programs: free the earlier rows' first, or a long run's
+  # compiled code exhausts the process's memory maps (LLVM: "Unable to allocate section").
+  jax.clear_caches()
   spec_fn, base_fn = decode_fns(target, tp, draft, dp, gamma, sampling, max_decode_len,
                                 seed, slots, **rule)
   shapes = decodes.one_per_shape(batches)

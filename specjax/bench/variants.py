@@ -94,6 +94,7 @@ def gamma_auto_runs(texts: Sequence[str], batch_sizes: Sequence[int], job_fields
     with open(src, 'w', encoding='utf-8') as f:
       f.write('\n'.join(texts) + '\n')
     for size in batch_sizes:
+      jax.clear_caches()  # as each row does (rows.speculative_row)
       summary = decode_job.run(decode_job.DecodeJob(
           input=src, gamma='auto', batch_size=size, temperature=temperature, progress=False,
           input_format='text', **job_fields))
