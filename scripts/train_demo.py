@@ -1,18 +1,23 @@
-"""Trains the bundled English->German demo pair (specjax/assets/demo) on this machine's CPUs.
+"""Trains a bundled demo pair on this machine's CPUs: English->German (specjax/assets/demo)
+or, with --task manpages, man-page summaries (specjax/assets/manpages).
 
 Stages (each resumable; a rerun continues where it stopped):
-  target        train `demo_target` on data/demo/train.jsonl (Adafactor, time budget).
+  target        train the target (`demo_target`, `manpages_target`) on the train split
+                (Adafactor, time budget).
   distill-data  greedy-decode the validation, train and unlabelled inputs (English-only
                 messages, data/demo/unlabelled.jsonl) with the trained target, and keep
                 its top-K log-probs along each output.
-  draft         train `demo_draft` on the target's greedy outputs (what raises alpha).
-  export        save both with `save_params` to specjax/assets/demo/{target,draft}.
-  evaluate      BLEU of both on the test split, alpha (greedy and T=1, gamma 4) and tokens
-                per target call of the pair; writes specjax/assets/demo/MODEL_CARD.md.
+  draft         train the draft (`demo_draft`, `manpages_draft`) on the target's greedy
+                outputs (what raises alpha).
+  export        save both with `save_params` (bfloat16) to the task's assets/{target,draft}.
+  evaluate      BLEU (EnDe) or ROUGE (manpages) of both on the test split, alpha (greedy
+                and T=1, gamma 4) and tokens per target call of the pair; writes the
+                pair's MODEL_CARD.md.
 
 Usage:
-  python scripts/train_demo.py [--stages target,distill-data,draft,export,evaluate]
-      [--workdir runs/demo] [--target-minutes 60] [--draft-minutes 30]
+  python scripts/train_demo.py [--task ende|manpages]
+      [--stages target,distill-data,draft,export,evaluate]
+      [--workdir runs/TASK] [--target-minutes 60] [--draft-minutes 30]
 """
 from __future__ import annotations
 
@@ -29,16 +34,15 @@ import numpy as np
 import sacrebleu
 
 from specjax import checkpoints
-from specjax.demo import corpus, training
+from specjax.demo import corpus, manpages, training
 from specjax.core.api import autoregressive_decode, speculative_decode
 from specjax.models.t5 import T5
-from specjax.models.t5_config import demo_draft, demo_target
 from specjax.core.sampling import SamplingConfig
 
 from specjax.demo.card import bleu_by_kind, paired_bootstrap, write_card
+from specjax.demo import manpages_card
+from specjax.demo.demo_tasks import DEMO_TASKS
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ASSETS = os.path.join(REPO, 'specjax', 'assets', 'demo')
 STAGES = ('target', 'distill-data', 'draft', 'export', 'evaluate')
 
 
@@ -46,15 +50,17 @@ def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog=__doc__.split('\n\n', 1)[1])
+  p.add_argument('--task', default='ende', choices=sorted(DEMO_TASKS),
+                 help='which bundled pair: its data, vocabulary, configs and assets')
   p.add_argument('--stages', default=','.join(STAGES),
                  help='comma-separated subset of: %(default)s')
-  p.add_argument('--workdir', default='runs/demo', help='checkpoints, distilled data, logs')
-  p.add_argument('--data', default='data/demo', help='folder with {train,validation,test}.jsonl')
-  p.add_argument('--vocab', default=os.path.join(ASSETS, 'spm.model'))
-  p.add_argument('--assets', default=ASSETS, help='where export writes target/ and draft/')
-  p.add_argument('--buckets', default='16:128,24:96,32:64',
-                 help='training batch shapes LEN:BATCH (inputs and targets padded to LEN); '
-                 'longer pairs are dropped from training')
+  p.add_argument('--workdir', help='checkpoints, distilled data, logs (runs/<task>)')
+  p.add_argument('--data', help='folder with {train,validation,test}.jsonl (the task\'s)')
+  p.add_argument('--vocab', help='SentencePiece model (the task\'s bundled one)')
+  p.add_argument('--assets', help='where export writes target/ and draft/ (the task\'s)')
+  p.add_argument('--buckets', help='training batch shapes LEN:BATCH or LEN:TARGET_LEN:BATCH '
+                 '(inputs padded to LEN, targets to TARGET_LEN or LEN); longer pairs are '
+                 'dropped from training (default: the task\'s)')
   p.add_argument('--target-minutes', type=float, default=60.0)
   p.add_argument('--target-steps', type=int, default=0, help='0: the time budget decides')
   p.add_argument('--target-lr', type=float, default=0.05, help='peak Adafactor rate')
@@ -70,27 +76,37 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'the target\'s greedy tokens); 0 trains on the greedy tokens alone')
   p.add_argument('--soft-top-k', type=int, default=16,
                  help='target log-probs kept per position for the draft\'s KL term')
-  p.add_argument('--distill-splits', default='train,unlabelled',
-                 help='inputs whose target outputs the draft learns (validation is always '
-                 'decoded, to measure the draft)')
+  p.add_argument('--distill-splits', help='inputs whose target outputs the draft learns '
+                 '(validation is always decoded, to measure the draft); default '
+                 'train,unlabelled for ende, train for manpages')
   p.add_argument('--draft-real-fraction', type=float, default=0.0,
                  help='share of real references added to the distilled draft data')
   p.add_argument('--warmup-steps', type=int, default=100)
   p.add_argument('--eval-every', type=int, default=100, help='steps between val losses')
   p.add_argument('--decode-batch', type=int, default=256)
-  p.add_argument('--max-decode-len', type=int, default=40)
+  p.add_argument('--max-decode-len', type=int, help='default: the task\'s (40 or 32)')
   p.add_argument('--gamma', type=int, default=4, help='draft tokens per target call')
   p.add_argument('--seed', type=int, default=0)
   p.add_argument('--limit', type=int, default=0, help='use only the first N pairs of each '
                  'split (smoke tests); 0: all')
   args = p.parse_args(argv)
+  task = args.task = DEMO_TASKS[args.task]
+  args.workdir = args.workdir or f'runs/{task.name}'
+  args.data, args.assets = args.data or task.data, args.assets or task.assets
+  args.vocab = args.vocab or task.path('spm.model')
+  args.buckets = args.buckets or task.buckets
+  args.max_decode_len = args.max_decode_len or task.max_decode_len
+  args.distill_splits = args.distill_splits or (
+      'train,unlabelled' if task.name == 'ende' else 'train')
   args.stages = [s.strip() for s in args.stages.split(',') if s.strip()]
   args.distill_splits = [s.strip() for s in args.distill_splits.split(',') if s.strip()]
   unknown = set(args.stages) - set(STAGES)
   if unknown:
     p.error(f'unknown stage(s) {", ".join(sorted(unknown))}; pick from {",".join(STAGES)}')
-  args.buckets = [training.Bucket(int(n), int(n), int(b)) for n, b in
-                  (item.split(':') for item in args.buckets.split(','))]
+  shapes = [[int(n) for n in item.split(':')] for item in args.buckets.split(',')]
+  if any(len(s) not in (2, 3) for s in shapes):
+    p.error(f'--buckets takes LEN:BATCH or LEN:TARGET_LEN:BATCH items, got {args.buckets!r}')
+  args.buckets = [training.Bucket(s[0], s[-2], s[-1]) for s in shapes]
   return args
 
 
@@ -105,9 +121,9 @@ def encode(vocab, texts):
 
 def load_split(args, vocab, split):
   """(input id lists, target id lists, pairs) of one split."""
-  pairs = corpus.load_pairs(split, args.data)
+  pairs = args.task.load_pairs(split, args.data)
   pairs = pairs[:args.limit] if args.limit else pairs
-  return (encode(vocab, [corpus.make_example(en) for en, _ in pairs]),
+  return (encode(vocab, [args.task.make_example(en) for en, _ in pairs]),
           encode(vocab, [de for _, de in pairs]), pairs)
 
 
@@ -153,7 +169,7 @@ def stage_target(args):
   sp = _sp(args)
   x, y, _ = load_split(args, sp, 'train')
   vx, vy, _ = load_split(args, sp, 'validation')
-  _train(args, 'target', demo_target, x, y, vx, vy, args.target_minutes, args.target_steps,
+  _train(args, 'target', args.task.target, x, y, vx, vy, args.target_minutes, args.target_steps,
          args.target_lr, args.target_dropout)
 
 
@@ -187,16 +203,17 @@ def teacher_top_k(model, params, inputs, outputs, args):
   for k in range(0, n, args.decode_batch):
     rows = order[k:k + args.decode_batch]
     rows = np.concatenate([rows, rows[:1].repeat(args.decode_batch - len(rows))])
-    width = min(length, -(-max(max(len(inputs[i]) for i in rows), out_len[rows].max() + 1)
-                          // 16) * 16)
-    x = training.pad_rows([inputs[i] for i in rows], max(width, 16))
+    # Inputs and outputs padded apart: a summary's input is longer than its output.
+    in_width = -(-max(len(inputs[i]) for i in rows) // 16) * 16
+    width = min(length, -(-(out_len[rows].max() + 1) // 16) * 16)
+    x = training.pad_rows([inputs[i] for i in rows], max(in_width, 16))
     top_logp, top_ids = fn(params, x, outputs[rows, :width])
     ids[rows, :width], logp[rows, :width] = np.asarray(top_ids), np.asarray(top_logp)
   return ids, logp
 
 
 def stage_distill(args):
-  sp, model = _sp(args), T5(demo_target)
+  sp, model = _sp(args), T5(args.task.target)
   params = training.load_trained_params(model, os.path.join(args.workdir, 'target'))
   limit = max(b.input_len for b in args.buckets)
   os.makedirs(os.path.join(args.workdir, 'distill'), exist_ok=True)
@@ -267,15 +284,16 @@ def stage_draft(args):
                       constant_values=-1e4))
     soft = tuple(np.concatenate([a, b.astype(a.dtype)]) for a, b in zip(soft, one_hot))
   vx, vy, _ = _distilled(args, sp, 'validation')  # val accuracy ~ agreement with the target
-  _train(args, 'draft', demo_draft, x, y, vx, vy, args.draft_minutes, args.draft_steps,
+  _train(args, 'draft', args.task.draft, x, y, vx, vy, args.draft_minutes, args.draft_steps,
          args.draft_lr, args.draft_dropout, soft if args.draft_soft_weight > 0 else None,
          args.draft_soft_weight, extra={'distilled': distilled})
 
 
 def stage_export(args):
-  for name, config in (('target', demo_target), ('draft', demo_draft)):
+  for name, config in (('target', args.task.target), ('draft', args.task.draft)):
     params = training.load_trained_params(T5(config), os.path.join(args.workdir, name))
-    params = jax.tree.map(lambda a: np.asarray(a, np.float32), params)
+    # Stored as bfloat16 (half the bytes); load_model restores float32.
+    params = jax.tree.map(lambda a: np.asarray(a, jnp.bfloat16), params)
     path = checkpoints.save_params(os.path.join(args.assets, name), params, config=config,
                                    force=True)
     log(f'export: {name} -> {path} ({_du(path)})')
@@ -312,15 +330,27 @@ def stage_evaluate(args):
     start = time.time()
     tokens = greedy_decode(model, params, inputs, args, width=width)
     hyps[name] = [vocab.decode(row) for row in tokens]
-    result[f'{name}_bleu'] = round(sacrebleu.corpus_bleu(hyps[name], [refs]).score, 2)
+    if args.task.metric == 'rouge':
+      result[f'{name}_rouge'] = manpages_card.rouge_scores(hyps[name], refs)
+    else:
+      result[f'{name}_bleu'] = round(sacrebleu.corpus_bleu(hyps[name], [refs]).score, 2)
     result[f'{name}_params'] = int(sum(np.size(a) for a in jax.tree.leaves(params)))
-    log(f'evaluate: {name} BLEU {result[f"{name}_bleu"]} ({time.time() - start:.0f} s)')
+    log(f'evaluate: {name} {result.get(f"{name}_bleu", result.get(f"{name}_rouge"))} '
+        f'({time.time() - start:.0f} s)')
     if name == 'target':
       target_tokens = tokens
-  result['bootstrap'] = paired_bootstrap(hyps['target'], hyps['draft'], refs)
-  near = corpus.near_duplicates([en for en, _ in pairs],
-                                   [en for en, _ in corpus.load_pairs('train', args.data)])
-  result['by_kind'] = bleu_by_kind(hyps, refs, near)
+  train_sources = [en for en, _ in args.task.load_pairs('train', args.data)]
+  near = corpus.near_duplicates([en for en, _ in pairs], train_sources)
+  if args.task.metric == 'rouge':
+    result['bootstrap'] = manpages_card.paired_bootstrap_rouge(hyps['target'], hyps['draft'],
+                                                               refs)
+    result['by_kind'] = manpages_card.rouge_by_kind(hyps, refs, near)
+    result['copy_rate'] = {'references': manpages.copy_rate([s for s, _ in pairs], refs),
+                           **{n: manpages.copy_rate([s for s, _ in pairs], h)
+                              for n, h in hyps.items()}}
+  else:
+    result['bootstrap'] = paired_bootstrap(hyps['target'], hyps['draft'], refs)
+    result['by_kind'] = bleu_by_kind(hyps, refs, near)
   log(f'evaluate: bootstrap {result["bootstrap"]}, by kind {result["by_kind"]}')
   for label, sampling in (('greedy', SamplingConfig()), ('t1', SamplingConfig(1.0))):
     stats, tokens = _pair_stats(args, target, tp, draft, dp, inputs, sampling)
@@ -333,7 +363,8 @@ def stage_evaluate(args):
   result['sizes'] = {n: _du(os.path.join(args.assets, n)) for n in ('target', 'draft')}
   with open(os.path.join(args.workdir, 'eval.json'), 'w') as f:
     json.dump(result, f, indent=2)
-  log(f'evaluate: wrote {write_card(args, result)}')
+  card = manpages_card.write_card if args.task.metric == 'rouge' else write_card
+  log(f'evaluate: wrote {card(args, result)}')
 
 
 def main(argv=None):

@@ -6,11 +6,15 @@ import os
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'assets', 'demo')
 DEMO_PREFIX = 'translate English to German: '
+# The bundled man-page summarisation pair (specjax.demo.manpages).
+MANPAGES_ASSETS = os.path.join(os.path.dirname(ASSETS), 'manpages')
 _GCS_T5X = 'gs://t5-data/pretrained_models/t5x'
 # Registry names with a public checkpoint or a bundled one (None: the model has none).
 DEFAULT_CHECKPOINTS = {
     'demo_target': os.path.join(ASSETS, 'target'),
     'demo_draft': os.path.join(ASSETS, 'draft'),
+    'manpages_target': os.path.join(MANPAGES_ASSETS, 'target'),
+    'manpages_draft': os.path.join(MANPAGES_ASSETS, 'draft'),
     **{f't5_{s}': f'{_GCS_T5X}/t5_1_1_{s}/checkpoint_1000000'
        for s in ('small', 'base', 'large', 'xl', 'xxl')},
     't5_1_0_small': f'{_GCS_T5X}/t5_small/checkpoint_1000000',

@@ -201,7 +201,27 @@ def build_splits(
             continue
         seen.add(pair[0].casefold())
         kept.append(pair)
-    kept.sort(key=lambda p: (split_key(p[0]), p))
+    return hash_split(kept, n_test, n_validation)
+
+
+def hash_split(
+    pairs: Sequence[tuple[str, str]], n_test: int, n_validation: int
+) -> dict[str, list[tuple[str, str]]]:
+    """Splits deduplicated pairs by the `split_key` of their first field.
+
+    The pairs are ordered by that hash; the first `n_test` go to test, the next
+    `n_validation` to validation, the others to train, so a pair's split depends only on
+    where its hash ranks.
+
+    Args:
+      pairs: (source, target) pairs with no source twice.
+      n_test: size of the test split.
+      n_validation: size of the validation split.
+
+    Returns:
+      `{"train": [...], "validation": [...], "test": [...]}`, each list in hash order.
+    """
+    kept = sorted(pairs, key=lambda p: (split_key(p[0]), p))
     n_held = n_test + n_validation
     return {
         "train": kept[n_held:],

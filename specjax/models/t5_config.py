@@ -114,8 +114,18 @@ demo_target = T5Config(vocab_size=4096, emb_dim=256, num_heads=4, num_encoder_la
 demo_draft = T5Config(vocab_size=4096, emb_dim=80, num_heads=2, num_encoder_layers=3,
                       num_decoder_layers=2, head_dim=40, mlp_dim=256, name='demo_draft')
 
+# The bundled man-page summarisation pair (specjax/assets/manpages): a 2000-piece
+# vocabulary of English man pages padded to 2048 logits, embeddings tied to the logits
+# (as T5 1.0) to keep the shipped weights small.
+manpages_target = T5Config(vocab_size=2048, emb_dim=192, num_heads=3, num_encoder_layers=3,
+                           num_decoder_layers=3, head_dim=64, mlp_dim=512,
+                           logits_via_embedding=True, name='manpages_target')
+manpages_draft = T5Config(vocab_size=2048, emb_dim=64, num_heads=2, num_encoder_layers=2,
+                          num_decoder_layers=1, head_dim=32, mlp_dim=192,
+                          logits_via_embedding=True, name='manpages_draft')
+
 T5_CONFIGS = {c.name: c for c in (
-    demo_target, demo_draft,
+    demo_target, demo_draft, manpages_target, manpages_draft,
     t5_small, t5_base, t5_large, t5_xl, t5_xxl,
     t5_1_0_small, t5_1_0_base, t5_1_0_large, t5_1_0_3b, t5_1_0_11b,
     flan_t5_small, flan_t5_base, flan_t5_large, flan_t5_xl, flan_t5_xxl,

@@ -1,0 +1,67 @@
+"""The bundled pairs' tasks: where each one's data, vocabulary and weights live, its
+models, input form and training shapes, as `scripts/train_demo.py --task` and
+`python -m specjax.bench --paper-table` read them."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, List, Tuple
+
+from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
+from specjax.demo import corpus, manpages
+from specjax.models.t5_config import (T5Config, demo_draft, demo_target, manpages_draft,
+                                      manpages_target)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoTask:
+  """One bundled task and its pair.
+
+  Attributes:
+    name: 'ende' or 'manpages'.
+    title: how reports name the task.
+    metric: 'bleu' or 'rouge' (what the model card scores outputs with).
+    prefix: T5's task prefix of every input.
+    data: the corpus folder its build script writes by default.
+    assets: the folder of the bundled pair (target/, draft/, spm.model, bigram.npz,
+      test.jsonl, MODEL_CARD.md).
+    target, draft: the pair's configs.
+    buckets: training batch shapes 'INPUT_LEN[:TARGET_LEN]:BATCH,...'.
+    max_decode_len: output tokens allowed when decoding the test split.
+    load_pairs: split, folder -> (source, reference) pairs.
+    reference_field: the corpus field holding the reference (for the bigram table).
+  """
+
+  name: str
+  title: str
+  metric: str
+  prefix: str
+  data: str
+  assets: str
+  target: T5Config
+  draft: T5Config
+  buckets: str
+  max_decode_len: int
+  load_pairs: Callable[[str, str], List[Tuple[str, str]]]
+  reference_field: str
+
+  def make_example(self, source: str) -> str:
+    """The model input: the task prefix + source."""
+    return self.prefix + source
+
+  def path(self, name: str) -> str:
+    """A file or folder of the bundled pair's assets."""
+    return os.path.join(self.assets, name)
+
+
+ENDE = DemoTask(
+    name='ende', title='EnDe (gettext messages)', metric='bleu', prefix=corpus.TASK_PREFIX,
+    data='data/demo', assets=ASSETS, target=demo_target, draft=demo_draft,
+    buckets='16:128,24:96,32:64', max_decode_len=40, load_pairs=corpus.load_pairs,
+    reference_field='de')
+MANPAGES = DemoTask(
+    name='manpages', title='man-page summaries', metric='rouge',
+    prefix=manpages.TASK_PREFIX, data='data/manpages', assets=MANPAGES_ASSETS,
+    target=manpages_target, draft=manpages_draft, buckets='32:16:128,64:24:64,128:24:32',
+    max_decode_len=32, load_pairs=manpages.load_pairs, reference_field='summary')
+DEMO_TASKS = {t.name: t for t in (ENDE, MANPAGES)}
