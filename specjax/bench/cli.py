@@ -23,7 +23,7 @@ import sys
 import jax
 import numpy as np
 
-from specjax.bench import peers, report, timing, variants
+from specjax.bench import paper_report, paper_table, peers, report, timing, variants
 from specjax.bench import rows as bench_rows
 from specjax.job.inputs import pad_to_bucket, tokenize
 from specjax.checkpoints.registry import ASSETS, DEMO_PREFIX
@@ -85,6 +85,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'BLEU of their outputs, e.g. 1,0.5,0.2 (lossy below 1)')
   v.add_argument('--gamma-auto-batches', default='', help='python -m specjax.decode --gamma '
                  'auto at these batch sizes on the same inputs, e.g. 1,8,32')
+  t = p.add_argument_group('the paper\'s table (--paper-table: tasks x drafts x T, best gamma)')
+  t.add_argument('--paper-table', action='store_true', help='run the table instead of the '
+                 'gamma sweep (docs/paper_table.md); --json, --markdown and --plot write it')
+  t.add_argument('--paper-tasks', default='ende,manpages', help='bundled tasks (ende, '
+                 'manpages: their own pairs and test splits) or NAME=FILE (--target and '
+                 '--draft on FILE; NAME ende is translated, any other summarised)')
+  t.add_argument('--paper-drafts', default=','.join(paper_table.DEFAULT_DRAFTS),
+                 help='"model" is the task\'s draft model (--draft for NAME=FILE); '
+                 'other model names add draft models, e.g. model,t5_base,t5_large,copy')
+  t.add_argument('--paper-gammas', default='2,4,6', help='the gammas each cell tries')
+  t.add_argument('--bigram-table', help='bigram .npz of the target (scripts/build_bigram.py)'
+                 ' for NAME=FILE tasks; the bundled tasks ship theirs')
+  t.add_argument('--dtype', help='activation dtype of NAME=FILE pairs, e.g. bfloat16')
+  t.add_argument('--param-dtype', default='float32', help='param dtype of NAME=FILE pairs')
   return p.parse_args(argv)
 
 
@@ -240,13 +254,37 @@ def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_le
   return out
 
 
+def run_paper_table(args) -> dict:
+  """The paper's table (specjax.bench.paper_table) for the tasks and drafts of args."""
+  runs = paper_table.runs_from_args(args)
+  return paper_table.run_table(
+      runs, [2] if args.quick else _ints(args.paper_gammas),
+      [float(t) for t in args.temperatures.split(',')],
+      8 if args.quick else args.max_decode_len, args.batch_size, args.seed, args.rounds,
+      4 if args.quick else 32, args.pad_inputs)
+
+
+def _write_paper_table(args, result) -> None:
+  print(paper_report.format_text(result))
+  if args.json_path:
+    with open(args.json_path, 'w', encoding='utf-8') as f:
+      json.dump(result, f, indent=1)
+  if args.plot:
+    paper_report.plot(result, args.plot)
+  if args.markdown:
+    paper_report.write_markdown(result, args.markdown, args.plot)
+
+
 def main(argv=None) -> int:
   args = parse_args(argv)
   try:
-    result = run_bench(args)
+    result = run_paper_table(args) if args.paper_table else run_bench(args)
   except (ValueError, FileNotFoundError) as e:
     print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
     return 2
+  if args.paper_table:
+    _write_paper_table(args, result)
+    return 0
   print(report.format_table(result))
   if args.json_path:
     with open(args.json_path, 'w', encoding='utf-8') as f:
