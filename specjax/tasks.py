@@ -3,7 +3,10 @@
 Importing this module registers `DEMO_TASK` (English -> German, the bundled demo pair's
 vocabulary; the bundled `test` split, and `train` / `validation` when
 `scripts/build_demo_corpus.py` has written them under `SPECJAX_DEMO_DATA`, default
-`data/demo`), and T5's `wmt_t2t_ende_v003` and `cnn_dailymail_v002` when their TFDS data
+`data/demo`), `MANPAGES_TASK` (man-page DESCRIPTION -> NAME line, the man-page pair's
+vocabulary, ROUGE; its bundled `test` split, and `train` / `validation` from
+`scripts/build_manpage_corpus.py` under `SPECJAX_MANPAGES_DATA`, default `data/manpages`),
+and T5's `wmt_t2t_ende_v003` and `cnn_dailymail_v002` when their TFDS data
 is present (`get_task` names how to get it otherwise). A T5X gin file registers them
 with `import specjax.tasks`. Needs seqio and TensorFlow (`pip install seqio`); the rest
 of specjax never imports this module.
@@ -17,10 +20,13 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import seqio
 import tensorflow as tf
 
-from specjax.checkpoints.registry import ASSETS, DEMO_PREFIX, DEMO_VOCAB
+from specjax.checkpoints.registry import ASSETS, DEMO_PREFIX, DEMO_VOCAB, MANPAGES_ASSETS
+from specjax.demo import manpages
 
 DEMO_TASK = 'specjax_demo_ende'
 DEMO_DATA_ENV = 'SPECJAX_DEMO_DATA'
+MANPAGES_TASK = 'specjax_demo_manpages'
+MANPAGES_DATA_ENV = 'SPECJAX_MANPAGES_DATA'
 # T5's default vocabulary (t5.data.get_default_vocabulary), which its tasks use.
 T5_TASK_VOCAB = 'gs://t5-data/vocabs/cc_all.32000/sentencepiece.model'
 # Public task name -> (TFDS name, what to build, prefix builder's keys, metric names).
@@ -41,6 +47,16 @@ def bleu(targets: Sequence[str], predictions: Sequence[str]) -> Dict[str, float]
   return {'bleu': score.score}
 
 
+def rouge(targets: Sequence[str], predictions: Sequence[str]) -> Dict[str, float]:
+  """ROUGE exactly as T5 reports it for CNN/DM (t5.evaluation.metrics.rouge): rouge1,
+  rouge2 and rougeLsum F-measures in [0, 100]. Needs t5 and rouge-score."""
+  try:
+    from t5.evaluation import metrics  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise ValueError(f'ROUGE is T5\'s metric; pip install t5 rouge-score ({e})') from e
+  return metrics.rouge(list(targets), list(predictions))
+
+
 def demo_vocabulary() -> seqio.SentencePieceVocabulary:
   """The demo pair's SentencePiece vocabulary (4000 pieces, pad 0, eos 1, unk 2)."""
   return seqio.SentencePieceVocabulary(DEMO_VOCAB)
@@ -58,6 +74,37 @@ def demo_files() -> Dict[str, str]:
   return files
 
 
+def manpages_files() -> Dict[str, str]:
+  """Split -> JSONL file of the man-page task: the bundled test split ({"inputs":
+  "summarize: ...", "targets"}), and the train and validation splits ({"text", "summary"})
+  when `scripts/build_manpage_corpus.py` wrote them."""
+  files = {'test': os.path.join(MANPAGES_ASSETS, 'test.jsonl')}
+  root = os.environ.get(MANPAGES_DATA_ENV, os.path.join('data', 'manpages'))
+  for split in ('train', 'validation'):
+    path = os.path.join(root, f'{split}.jsonl')
+    if os.path.isfile(path):
+      files[split] = path
+  return files
+
+
+def read_manpage_pairs(path: str) -> Tuple[List[str], List[str]]:
+  """(texts, summaries) of a man-page split in either form: {"text", "summary"} rows, or
+  {"inputs", "targets"} rows whose inputs carry the task prefix (removed here)."""
+  with open(path, encoding='utf-8') as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  texts, summaries = [], []
+  for r in rows:
+    if 'text' in r:
+      texts.append(r['text'])
+      summaries.append(r['summary'])
+    else:
+      text = r['inputs']
+      texts.append(text[len(manpages.TASK_PREFIX):] if text.startswith(
+          manpages.TASK_PREFIX) else text)
+      summaries.append(r['targets'])
+  return texts, summaries
+
+
 def _read_pairs(path: str) -> Tuple[List[str], List[str]]:
   with open(path, encoding='utf-8') as f:
     rows = [json.loads(line) for line in f if line.strip()]
@@ -72,6 +119,14 @@ def _demo_dataset_fn(files: Dict[str, str]) -> Callable[..., tf.data.Dataset]:
   return dataset_fn
 
 
+def _manpages_dataset_fn(files: Dict[str, str]) -> Callable[..., tf.data.Dataset]:
+  def dataset_fn(split: str, shuffle_files: bool, seed=None) -> tf.data.Dataset:
+    del shuffle_files, seed  # one file per split, read in order
+    texts, summaries = read_manpage_pairs(files[split])
+    return tf.data.Dataset.from_tensor_slices({'text': texts, 'summary': summaries})
+  return dataset_fn
+
+
 def translate_en_de(ex: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   """{'en', 'de'} -> {'inputs': 'translate English to German: ' + en, 'targets': de}, as
   T5's `translate` preprocessor writes them."""
@@ -83,6 +138,13 @@ def summarize_article(ex: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   `summarize` preprocessor writes them."""
   return {'inputs': tf.strings.join(['summarize:', ex['article']], separator=' '),
           'targets': ex['highlights']}
+
+
+def summarize_page(ex: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """{'text', 'summary'} -> {'inputs': 'summarize: ' + text, 'targets': summary}: the
+  man-page pair's input form (`specjax.demo.manpages.make_example`)."""
+  return {'inputs': tf.strings.join([manpages.TASK_PREFIX, ex['text']]),
+          'targets': ex['summary']}
 
 
 def _features(vocab) -> Dict[str, seqio.Feature]:
@@ -106,6 +168,20 @@ def register_demo_task(name: str = DEMO_TASK) -> seqio.Task:
                      seqio.preprocessors.append_eos_after_trim],
       output_features=_features(demo_vocabulary()),
       metric_fns=[bleu], shuffle_buffer_size=None)
+
+
+def register_manpages_task(name: str = MANPAGES_TASK) -> seqio.Task:
+  """Registers (once) the man-page summarisation task (ROUGE, as T5's CNN/DM). Returns it."""
+  if name in seqio.TaskRegistry.names():
+    return seqio.TaskRegistry.get(name)
+  files = manpages_files()
+  vocab = seqio.SentencePieceVocabulary(os.path.join(MANPAGES_ASSETS, 'spm.model'))
+  return seqio.TaskRegistry.add(
+      name,
+      source=seqio.FunctionDataSource(_manpages_dataset_fn(files), splits=tuple(files)),
+      preprocessors=[_map(summarize_page), seqio.preprocessors.tokenize,
+                     seqio.preprocessors.append_eos_after_trim],
+      output_features=_features(vocab), metric_fns=[rouge], shuffle_buffer_size=None)
 
 
 def tfds_data_dir() -> str:
@@ -148,7 +224,7 @@ def register_public_task(name: str) -> seqio.Task:
 
 
 def get_task(name: str) -> seqio.Task:
-  """A registered seqio Task by name: the demo task, a public one, or any task another
+  """A registered seqio Task by name: a demo task, a public one, or any task another
   module registered.
 
   Raises:
@@ -157,13 +233,14 @@ def get_task(name: str) -> seqio.Task:
   if name in PUBLIC_TASKS:
     return register_public_task(name)
   if name not in seqio.TaskRegistry.names():
-    known = sorted({DEMO_TASK, *PUBLIC_TASKS})
+    known = sorted({DEMO_TASK, MANPAGES_TASK, *PUBLIC_TASKS})
     raise ValueError(f'unknown task {name!r}; pass one of {", ".join(known)} or import the '
                      'module that registers it')
   return seqio.TaskRegistry.get(name)
 
 
 register_demo_task()
+register_manpages_task()
 for _name, (_tfds_name, *_) in PUBLIC_TASKS.items():
   if _tfds_present(_tfds_name):
     try:
