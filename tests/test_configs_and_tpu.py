@@ -14,6 +14,8 @@ import sys
 import pytest
 
 from specjax import decode
+from specjax.bench import cli as bench_cli
+from specjax.bench import paper_table
 from specjax.models.t5_config import T5_CONFIGS
 from specjax.speed import measure, paper
 
@@ -123,44 +125,88 @@ def test_pod_and_speed_bench_commands_parse(tmp_path):
   assert args.rounds == 3 and args.json == 'results/tpu_speed_measured.json'
 
 
-def _vm_table(tmp_path, env):
-  """Runs vm_paper_table.sh with the VM's python recording decodes; their argv lists."""
+def _vm_table(tmp_path, env, table=False):
+  """Runs vm_paper_table.sh with the VM's python recorded (inputs already made; the bigram
+  table too with `table`): the argv lists of its python runs."""
   data, results, log = tmp_path / 'data', tmp_path / 'results', tmp_path / 'py.jsonl'
   data.mkdir(exist_ok=True)
-  for task in ('ende', 'cnndm'):
-    (data / f'{task}.jsonl').write_text('{"inputs": "x"}\n')
+  for name in ('ende', 'cnndm', 'references'):
+    (data / f'{name}.jsonl').write_text('{"inputs": "x", "targets": "y"}\n' * 64)
+  if table:
+    (data / 't5_bigram.npz').write_bytes(b'')
   fake = tmp_path / 'python'
   fake.write_text(
-      f'#!/usr/bin/env bash\nif [[ "${{1:-}} ${{2:-}}" == "-m specjax.decode" ]]; then\n'
-      f'  {sys.executable} -c \'import json, sys; open("{log}", "a").write('
-      f'json.dumps(sys.argv[1:]) + "\\n"); a = sys.argv; print(json.dumps(dict('
-      f'temperature=float(a[a.index("--temperature") + 1]), gamma=int(a[a.index("--gamma") '
-      f'+ 1]), alpha=0.5, speedup=2.0)))\' "${{@:3}}"\nelse\n  exec {sys.executable} "$@"\nfi\n')
+      f'#!{sys.executable}\nimport json, sys\na = sys.argv[1:]\n'
+      f'open({str(log)!r}, "a").write(json.dumps(a) + "\\n")\n'
+      'if a[:2] == ["-m", "specjax.bench"]:\n'
+      '  for flag in ("--json", "--markdown", "--plot"):\n'
+      '    open(a[a.index(flag) + 1], "w").write("{}")\n'
+      'elif a[:1] == ["scripts/build_bigram.py"]:\n'
+      '  open(a[a.index("--out") + 1], "wb").write(b"")\n'
+      'else:\n'
+      '  sys.exit(f"unexpected python run: {a}")\n')
   fake.chmod(0o755)
   run_env = dict(os.environ, PY=str(fake), DATA_DIR=str(data), RESULTS_DIR=str(results),
-                 **env)
-  subprocess.run(['bash', os.path.join(ROOT, 'tpu', 'vm_paper_table.sh')], check=True,
-                 env=run_env, capture_output=True)
+                 NUM_EXAMPLES='3')
+  run_env.update(env)
+  for name in ('PAIR', 'TARGET_CHECKPOINT', 'DRAFT_CHECKPOINT_SMALL', 'DRAFT_CHECKPOINT_BASE',
+               'DRAFT_CHECKPOINT_LARGE', 'BIGRAM_TABLE', 'PAPER_GAMMAS', 'ROUNDS'):
+    if name not in env:
+      run_env.pop(name, None)
+  proc = subprocess.run(['bash', os.path.join(ROOT, 'tpu', 'vm_paper_table.sh')],
+                        env=run_env, capture_output=True, text=True)
   calls = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
   log.unlink(missing_ok=True)
-  return calls, json.loads((results / 'paper_table.json').read_text())
+  return proc, calls
 
 
-def test_vm_paper_table_runs_every_cell_at_its_gamma_and_resumes(tmp_path):
-  calls, table = _vm_table(tmp_path, {'MESH_FLAGS': ''})
-  assert len(calls) == len(table) == len(paper.TABLE2)
-  for words in calls:
-    job = decode._job(decode.parse_args(words))
-    size = job.draft.rsplit('_', 1)[1]
-    task = 'ende' if job.prefix.startswith('translate') else 'cnndm'
-    (cell,) = [c for c in paper.TABLE2 if (c.task, c.draft, c.temperature) ==
-               (task, f't5_{size}', job.temperature)]
-    assert job.gamma == cell.gamma and job.target == 't5_1_0_11b'
-    assert job.truncate_inputs and job.num_partitions is None  # "" is one chip
-  assert {(r['task'], r['draft_size'], r['temperature']) for r in table} == {
-      (c.task, c.draft[3:], c.temperature) for c in paper.TABLE2}
-  again, table = _vm_table(tmp_path, {'MESH_FLAGS': ''})  # the merge of a rerun
-  assert again == [] and len(table) == len(paper.TABLE2)
+def _bench_args(calls):
+  """The parsed arguments of the one `python -m specjax.bench` run among `calls`."""
+  (words,) = [c[2:] for c in calls if c[:2] == ['-m', 'specjax.bench']]
+  return bench_cli.parse_args(words)
+
+
+def test_vm_paper_table_runs_the_bench_paper_table_for_t5_xxl(tmp_path):
+  proc, calls = _vm_table(tmp_path, {})
+  assert proc.returncode == 0, proc.stderr
+  data, results = tmp_path / 'data', tmp_path / 'results'
+  (build,) = [c for c in calls if c[:1] == ['scripts/build_bigram.py']]
+  assert build[build.index('--train') + 1] == str(data / 'references.jsonl')
+  assert build[build.index('--vocab') + 1].startswith('gs://t5-data/vocabs/')
+  args = _bench_args(calls)
+  assert args.paper_table and (args.target, args.draft) == ('t5_xxl', 't5_small')
+  assert args.paper_tasks == f'ende={data}/ende.jsonl,cnndm={data}/cnndm.jsonl'
+  specs = args.paper_drafts.split(',')
+  labels = [paper_table.draft_label(s, args.draft) for s in specs]
+  assert labels == ['t5_small', 't5_base', 't5_large', 'bigram', 'copy', 'copy+t5_small']
+  assert {c.draft for c in paper.TABLE2} <= set(labels)  # the paper's T5 1.1 drafts
+  assert args.bigram_table == str(data / 't5_bigram.npz')
+  assert {cell.gamma for cell in paper.TABLE2} <= set(bench_cli._ints(args.paper_gammas))
+  assert args.temperatures == '0,1' and args.batch_size == 1 and args.num_examples == 3
+  assert (args.dtype, args.param_dtype) == ('bfloat16', 'bfloat16')
+  assert args.max_input_len == 512 and args.target_checkpoint is None
+  assert (args.json_path, args.markdown, args.plot) == tuple(
+      str(results / f'paper_table.{e}') for e in ('json', 'md', 'png'))
+  proc, again = _vm_table(tmp_path, {})  # the table is built once
+  assert proc.returncode == 0 and [c[:2] for c in again] == [['-m', 'specjax.bench']]
+
+
+def test_vm_paper_table_pairs_and_checkpoints(tmp_path):
+  proc, calls = _vm_table(tmp_path, {
+      'TARGET_CHECKPOINT': 'gs://b/xxl', 'DRAFT_CHECKPOINT_SMALL': 'gs://b/small',
+      'DRAFT_CHECKPOINT_LARGE': '/ckpt/large'}, table=True)
+  assert proc.returncode == 0, proc.stderr
+  args = _bench_args(calls)
+  assert (args.target_checkpoint, args.draft_checkpoint) == ('gs://b/xxl', 'gs://b/small')
+  assert args.paper_drafts == 'model,t5_base,/ckpt/large,bigram,copy,copy+model'
+  proc, calls = _vm_table(tmp_path, {'PAIR': 'flan', 'PAPER_GAMMAS': '7'}, table=True)
+  args = _bench_args(calls)
+  assert (args.target, args.draft, args.paper_gammas) == ('flan_t5_xxl', 'flan_t5_small', '7')
+  assert args.paper_drafts.split(',')[1:3] == ['flan_t5_base', 'flan_t5_large']
+  proc, calls = _vm_table(tmp_path, {'PAIR': 't5_2'}, table=True)
+  assert proc.returncode == 2 and 'PAIR must be' in proc.stderr and calls == []
+  proc, calls = _vm_table(tmp_path, {'NUM_EXAMPLES': '65'}, table=True)  # too few inputs
+  assert calls[0][:3] == ['-m', 'pip', 'install'] and proc.returncode != 0
 
 
 def _assigned(command: str) -> dict:
@@ -168,16 +214,22 @@ def _assigned(command: str) -> dict:
   return dict(w.split('=', 1) for w in shlex.split(command.split('&&')[1]) if '=' in w)
 
 
-def test_paper_table_sh_keeps_an_empty_mesh_and_defaults_to_a_v4_8(tmp_path, monkeypatch):
-  monkeypatch.delenv('MESH_FLAGS', raising=False)
-  (command,) = _run_with_gcloud(tmp_path, 'paper_table.sh', env={'MESH_FLAGS': ''})
-  assert _assigned(command)['MESH_FLAGS'] == '' and _assigned(command)['PAIR'] == 't5_1_0'
-  (command,) = _run_with_gcloud(tmp_path, 'paper_table.sh', env={'PAIR': 'flan'})
+def test_paper_table_sh_passes_its_settings_and_copies_the_report_back(tmp_path, monkeypatch):
+  for name in ('PAIR', 'NUM_EXAMPLES', 'PAPER_GAMMAS', 'ROUNDS'):
+    monkeypatch.delenv(name, raising=False)
+  (command,) = _run_with_gcloud(tmp_path, 'paper_table.sh')
+  assert command.split('&&')[1].strip().endswith('bash tpu/vm_paper_table.sh')
   assigned = _assigned(command)
-  assert assigned['MESH_FLAGS'] == '--num-partitions 4'
+  assert assigned == {'NUM_EXAMPLES': '64', 'PAIR': 't5_1_1', 'PAPER_GAMMAS': '3,5,7',
+                      'ROUNDS': '1'}
+  calls = [json.loads(l) for l in (tmp_path / 'gcloud.jsonl').read_text().splitlines()]
+  copied = [c[c.index('scp') + 2] for c in calls if 'scp' in c]
+  assert copied == [f'specjax-v4-8:~/specjax/results/paper_table.{e}'
+                    for e in ('json', 'md', 'png')]
+  (command,) = _run_with_gcloud(tmp_path, 'paper_table.sh', env={'PAIR': 'flan'})
   vm = tmp_path / 'vm'
   vm.mkdir()
-  calls, _ = _vm_table(vm, {'MESH_FLAGS': assigned['MESH_FLAGS'], 'PAIR': assigned['PAIR']})
-  job = decode._job(decode.parse_args(calls[0]))
-  assert job.num_partitions == 4 and job.target == 'flan_t5_xxl'
-  assert job.draft.startswith('flan_t5_')
+  proc, calls = _vm_table(vm, _assigned(command), table=True)
+  assert proc.returncode == 0, proc.stderr
+  args = _bench_args(calls)
+  assert args.target == 'flan_t5_xxl' and args.num_examples == 64
