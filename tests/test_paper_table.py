@@ -24,7 +24,7 @@ def table(tmp_path_factory):
              PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get('PYTHONPATH')]
                                                   if p]))
   proc = subprocess.run(
-      [sys.executable, '-m', 'specjax.bench', '--paper-table', '--quick',
+      [sys.executable, '-m', 'specjax.bench', '--paper-table', '--quick', '--rounds', '1',
        '--json', str(paths['json']), '--markdown', str(paths['md']), '--plot',
        str(paths['png'])], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-4000:]
