@@ -72,3 +72,14 @@ def test_a_resumed_sampled_run_refuses_another_rule():
   assert fp(argv=sampled) != fp(argv=sampled + ['--verification', 'block'])
   assert fp(argv=sampled) != fp(argv=sampled + ['--lenience', '0.5'])
   assert fp(argv=[]) == fp(argv=['--verification', 'block', '--draft-threshold', '0.5'])
+
+
+@pytest.mark.parametrize('draft', ['manpages_draft', 'bigram'])
+def test_the_bundled_summarisation_pair_decodes_its_samples(tmp_path, capsys, draft):
+  """manpages_* bring their vocabulary, 'summarize: ' prefix, samples and bigram table."""
+  out = tmp_path / 'out.jsonl'
+  summary = _summary(capsys, '--target', 'manpages_target', '--draft', draft, '--gamma', '3',
+                     '--output', str(out))
+  assert summary['identical_to_target'] is True and summary['num_examples'] == 8
+  records = [json.loads(line) for line in out.read_text().splitlines()]
+  assert all(r['inputs'].startswith('summarize: ') and r['prediction'] for r in records)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 
 import jax
@@ -26,12 +25,11 @@ import numpy as np
 from specjax.bench import paper_report, paper_table, peers, report, timing, variants
 from specjax.bench import rows as bench_rows
 from specjax.job.inputs import pad_to_bucket, tokenize
-from specjax.checkpoints.registry import ASSETS, DEMO_PREFIX
+from specjax.checkpoints.registry import bundled
 from specjax.job.decode_job import DecodeJob, load_pair
 from specjax.job.drafts import resolve_draft
 from specjax.core.sampling import SamplingConfig
 
-DEMO_TEST = os.path.join(ASSETS, 'test.jsonl')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -43,9 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--target-checkpoint')
   p.add_argument('--draft-checkpoint')
   p.add_argument('--vocab')
-  p.add_argument('--input', default=DEMO_TEST, help='JSONL with "inputs" or "en" fields, '
-                 'or plain lines')
-  p.add_argument('--prefix', default=None, help='task prefix (demo: translate English to German: )')
+  p.add_argument('--input', help='JSONL with "inputs" or "en" fields, or plain lines '
+                 '(default: the test split of a bundled pair, demo_* or manpages_*)')
+  p.add_argument('--prefix', default=None, help='task prefix (default: the bundled pair\'s, '
+                 '"translate English to German: " or "summarize: ")')
   p.add_argument('--num-examples', type=int, default=64)
   p.add_argument('--select', choices=('first', 'longest'), default='first',
                  help='which --num-examples lines of --input: the first, or the longest '
@@ -146,9 +145,12 @@ def _setup(args):
   job = DecodeJob(target=args.target, draft=args.draft, target_checkpoint=args.target_checkpoint,
                   draft_checkpoint=args.draft_checkpoint, vocab=args.vocab)
   target, tp, draft, dp, vocab = load_pair(job)
-  prefix = args.prefix if args.prefix is not None else (
-      DEMO_PREFIX if args.target.startswith('demo_') else '')
-  texts, refs = _read_texts(args.input, prefix, args.num_examples, args.select, True)
+  pair = bundled(args.target)
+  prefix = args.prefix if args.prefix is not None else (pair.prefix if pair else '')
+  path = args.input or (pair.test if pair else None)
+  if path is None:
+    raise ValueError(f'--target {args.target} has no bundled test split; pass --input FILE')
+  texts, refs = _read_texts(path, prefix, args.num_examples, args.select, True)
   args.context = dict(vocab=vocab, texts=texts, references=refs,
                       load=lambda name: load_pair(dataclasses.replace(job, draft=name))[2:4])
   return target, tp, draft, dp, tokenize(vocab, texts, args.max_input_len, False)[0]

@@ -2,7 +2,9 @@
 T5X checkpoints on GCS."""
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Optional
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'assets', 'demo')
 DEMO_PREFIX = 'translate English to German: '
@@ -31,3 +33,32 @@ DEFAULT_CHECKPOINTS = {
 DEMO_VOCAB = os.path.join(ASSETS, 'spm.model')
 T5_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 DEMO_SAMPLES = os.path.join(ASSETS, 'samples.jsonl')
+MANPAGES_PREFIX = 'summarize: '
+
+
+@dataclasses.dataclass(frozen=True)
+class Bundled:
+  """What ships with a bundled pair: its vocabulary, task prefix, sample inputs (the
+  decode's default) and test split (the bench's default)."""
+
+  vocab: str
+  prefix: str
+  samples: str
+  test: str
+
+
+# The bundled pairs, by the prefix of their registry names.
+BUNDLED = {
+    'demo_': Bundled(DEMO_VOCAB, DEMO_PREFIX, DEMO_SAMPLES, os.path.join(ASSETS, 'test.jsonl')),
+    'manpages_': Bundled(os.path.join(MANPAGES_ASSETS, 'spm.model'), MANPAGES_PREFIX,
+                         os.path.join(MANPAGES_ASSETS, 'samples.jsonl'),
+                         os.path.join(MANPAGES_ASSETS, 'test.jsonl')),
+}
+
+
+def bundled(name: str) -> Optional[Bundled]:
+  """What ships with the registry model `name`, or None when it is not a bundled one."""
+  for prefix, pair in BUNDLED.items():
+    if name.startswith(prefix):
+      return pair
+  return None

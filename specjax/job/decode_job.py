@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from specjax.checkpoints.registry import DEMO_PREFIX
+from specjax.checkpoints.registry import bundled
 from specjax.core import api
 from specjax.core.sampling import SamplingConfig
 from specjax.job import calibrate, task_data
@@ -107,11 +107,13 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
   mesh = job_mesh(job)
   if mesh is not None:
     axis_rules.check_batch(job.batch_size, mesh)  # before loading anything big
-  prefix = job.prefix if job.prefix is not None else (
-      DEMO_PREFIX if job.target.startswith('demo_') else '')
+  pair = bundled(job.target)  # a bundled pair's task prefix and sample inputs
+  prefix = job.prefix if job.prefix is not None else (pair.prefix if pair else '')
   # Inputs first: a bad input file fails at once, not after minutes of loading weights.
-  examples, input_sha256 = (task_data.read_task(job.task, job.split) if job.task else
-                            read_inputs(job.input, prefix, job.input_format, job.errors))
+  examples, input_sha256 = (
+      task_data.read_task(job.task, job.split) if job.task else
+      read_inputs(job.input or (pair.samples if pair else None), prefix, job.input_format,
+                  job.errors))
   target, tp, draft, dp, vocab = load_pair(job, mesh)
   sampling.validate(target.vocab_size)
   inputs, truncated = tokenize(vocab, [e['inputs'] for e in examples], job.max_input_len,

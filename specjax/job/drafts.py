@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional, Tuple
 
-from specjax.checkpoints.registry import ASSETS
+from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
 from specjax.models.bigram import load_table
 from specjax.models.copy_draft import CopyDraft
 from specjax.models.hybrid_draft import HybridDraft
 
 # The bigram table of each registry target that ships one.
-DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz')}
+DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
+                   'manpages_target': os.path.join(MANPAGES_ASSETS, 'bigram.npz')}
 COPY, BIGRAM, HYBRID = 'copy', 'bigram', 'copy+'
 
 

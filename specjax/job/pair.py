@@ -13,7 +13,7 @@ from typing import Optional
 import jax
 
 from specjax import checkpoints
-from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, DEMO_VOCAB, T5_VOCAB
+from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, T5_VOCAB, bundled
 from specjax.job import drafts
 from specjax.models.lm import CausalLM
 from specjax.models.lm_config import LM_CONFIGS
@@ -77,14 +77,15 @@ def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=axis_rules.ST
 
 def _vocab(job, model, checkpoint: str, given: Optional[str]):
   """The vocabulary of a model: a decoder-only model's tokenizer (--vocab, else the one in
-  its checkpoint directory), a T5's SentencePiece model (--vocab, else the bundled one for
-  demo_*, spiece.model in a Hugging Face directory, else the public T5 one)."""
+  its checkpoint directory), a T5's SentencePiece model (--vocab, else the one that ships
+  with a bundled pair (demo_*, manpages_*), spiece.model in a Hugging Face directory, else
+  the public T5 one)."""
   if isinstance(model, CausalLM):
     return checkpoints.load_tokenizer(given or checkpoint, model)
   if given:
     return checkpoints.load_vocab(given)
-  if job.target.startswith('demo_'):
-    return checkpoints.load_vocab(DEMO_VOCAB)
+  if bundled(job.target):
+    return checkpoints.load_vocab(bundled(job.target).vocab)
   local = os.path.join(checkpoint, 'spiece.model')
   return checkpoints.load_vocab(local if os.path.isfile(local) else T5_VOCAB)
 
