@@ -27,6 +27,8 @@ from specjax.parallel import rules as axis_rules
 
 # With refill, one decode call streams up to this many batches' worth of inputs.
 REFILL_BATCHES = 4
+# `--gamma auto` times its choice against the target alone on at least this many inputs.
+PROBE_INPUTS = 16
 
 
 @dataclasses.dataclass
@@ -125,8 +127,8 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
   unit = job.batch_size * (REFILL_BATCHES if refill else 1)
   unit = min(unit, -(-len(examples) // job.batch_size) * job.batch_size)
 
-  def padded(rows):  # [unit, W]: W the bucket of the unit's longest input
-    pad = np.full((unit - len(rows), rows.shape[1]), getattr(vocab, 'pad_id', 0), np.int32)
+  def padded(rows, count=unit):  # [count, W]: W the bucket of the longest input
+    pad = np.full((count - len(rows), rows.shape[1]), getattr(vocab, 'pad_id', 0), np.int32)
     pad[:, 0] = vocab.eos_id
     return pad_to_bucket(np.concatenate([rows, pad]), job.pad_inputs,
                          getattr(vocab, 'pad_id', 0))
@@ -134,11 +136,15 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
   gamma_reason = calibration = None
   if job.gamma == 'auto':
     job = dataclasses.replace(job)
-    warm = padded(inputs[:unit])
+    # With refill the probe streams at least PROBE_INPUTS inputs, so that a small batch is
+    # not timed on a handful of short outputs (noise, not speed, would then pick gamma).
+    count = unit if not refill else max(
+        unit, -(-min(PROBE_INPUTS, len(examples)) // job.batch_size) * job.batch_size)
+    probe = padded(inputs[:count], count)
     job.gamma, gamma_reason, costs = calibrate.choose_gamma(
-        target, tp, draft, dp, warm[:job.batch_size], sampling, job.max_decode_len,
-        mesh=mesh, rules=job_rules(job), probe=warm, slots=job.batch_size if refill else None,
-        **_rule(job))
+        target, tp, draft, dp, probe[:job.batch_size], sampling, job.max_decode_len,
+        mesh=mesh, rules=job_rules(job), probe=probe,
+        slots=job.batch_size if refill else None, **_rule(job))
     calibration = {'alpha': costs['alpha'], 'c': costs['c'],
                    'v': {str(k): x for k, x in costs['v'].items()},
                    'predicted_best': costs['predicted_best'],
