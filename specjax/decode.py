@@ -138,7 +138,8 @@ def _print_summary(s: dict) -> None:
     print(f'  gamma: {s["gamma_reason"]}')
   rule = [f'{s["verification"]} verification'] + (
       [f'draft threshold {s["draft_threshold"]}'] if s['draft_threshold'] else [])
-  print(f'  {", ".join(rule)}')
+  if s['gamma'] != 0:  # gamma 0: the target alone decoded, no rule applied
+    print(f'  {", ".join(rule)}')
   if s['lenience'] < 1:
     print(f'  lenience {s["lenience"]}: NOT exact, the outputs do not follow the target\'s '
           'distribution (lenience 1 is exact)')
