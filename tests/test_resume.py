@@ -12,8 +12,8 @@ import pytest
 
 from specjax.checkpoints.registry import ASSETS
 
-LINES = 200  # refill units of 16 lines: each interruption leaves many units to go
-ARGS = ['--no-compare', '--quiet', '--batch-size', '4', '--max-decode-len', '8', '--gamma', '3',
+LINES = 200  # one decode call per line: each interruption leaves many calls to go
+ARGS = ['--no-compare', '--quiet', '--batch-size', '1', '--no-refill', '--max-decode-len', '8', '--gamma', '3',
         '--temperature', '1', '--seed', '3', '--pad-inputs', 'max']
 
 
@@ -38,15 +38,30 @@ def _lines(path):
   return path.read_text().count('\n') if path.exists() else 0
 
 
-def _interrupt(cmd, env, out, after: int, sig):
-  """Starts the command and sends `sig` once `out` holds at least `after` lines."""
-  proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
-  while _lines(out) < after and proc.poll() is None:
-    time.sleep(0.02)
-  proc.send_signal(sig)
-  _, err = proc.communicate(timeout=120)
-  return proc.returncode, err
+def _interrupt(cmd, env, out, after: int, sig, tries: int = 3):
+  """Starts the command and sends `sig` once `out` holds at least `after` lines.
+
+  On a loaded machine this process may not run again before the command has finished;
+  the file is then put back as it was and the command started again.
+  """
+  sidecar = out.with_name(out.name + '.run.json')
+  saved = {p: p.read_bytes() if p.exists() else None for p in (out, sidecar)}
+  for _ in range(tries):
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    while _lines(out) < after and proc.poll() is None:
+      time.sleep(0.02)
+    if proc.poll() is None:
+      proc.send_signal(sig)
+      _, err = proc.communicate(timeout=120)
+      return proc.returncode, err
+    proc.communicate(timeout=120)
+    for path, data in saved.items():  # finished before the signal: start again
+      if data is None:
+        path.unlink(missing_ok=True)
+      else:
+        path.write_bytes(data)
+  pytest.fail(f'the run finished before it could be interrupted, {tries} times')
 
 
 def test_killed_and_resumed_run_writes_the_uninterrupted_file(inputs):
