@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, Tuple
 import jax
 import numpy as np
 
+from specjax.checkpoints.tree_paths import get_path, set_path
 from specjax.models.lm import CausalLM
 from specjax.models.lm_config import LMConfig
 
@@ -164,18 +165,6 @@ def _rules(cfg: LMConfig) -> Iterator[Rule]:
         yield f'{hf}.mlp.{proj}.bias', (ours, 'mlp', name, 'bias'), same, same
 
 
-def _set(tree: dict, path: Tuple[str, ...], value) -> None:
-  for name in path[:-1]:
-    tree = tree.setdefault(name, {})
-  tree[path[-1]] = value
-
-
-def _get(tree: dict, path: Tuple[str, ...]):
-  for name in path:
-    tree = tree[name]
-  return tree
-
-
 def _normalize_keys(state_dict: Dict[str, Any], cfg: LMConfig) -> Dict[str, Any]:
   """Drops HF's ignored buffers and GPT-2's optional 'transformer.' prefix."""
   out = {}
@@ -216,11 +205,11 @@ def params_from_hf(state_dict: Dict[str, Any], cfg: LMConfig) -> PyTree:
     return np.asarray(state[key])
 
   def put(key, path, value):
-    want = _get(expected, path).shape
+    want = get_path(expected, path).shape
     if value.shape != want:
       raise ValueError(f'{key} has shape {value.shape} but config.json implies {want}; '
                        'pass the config.json saved with these weights')
-    _set(params, path, value)
+    set_path(params, path, value)
 
   for key, path, to_ours, _ in _rules(cfg):
     put(key, path, to_ours(take(key)))
@@ -244,7 +233,7 @@ def params_from_hf(state_dict: Dict[str, Any], cfg: LMConfig) -> PyTree:
 
 def params_to_hf(cfg: LMConfig, params: PyTree) -> Dict[str, np.ndarray]:
   """The HF state dict (float32 numpy) of our params: `params_from_hf` read backwards."""
-  f32 = lambda path: np.asarray(_get(params, path), np.float32)
+  f32 = lambda path: np.asarray(get_path(params, path), np.float32)
   state = {key: to_hf(f32(path)) for key, path, _, to_hf in _rules(cfg)}
   if cfg.family == 'gpt2':
     state = {k if k == 'lm_head.weight' else f'transformer.{k}': v for k, v in state.items()}

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, Tuple
 import jax
 import numpy as np
 
+from specjax.checkpoints.tree_paths import get_path, set_path
 from specjax.models import t5_layers
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5Config
@@ -90,18 +91,6 @@ def _key_map(cfg: T5Config) -> Iterator[Tuple[str, Tuple[str, ...], bool]]:
     yield 'lm_head.weight', ('decoder', 'logits_dense', 'kernel'), True
 
 
-def _set(tree: dict, path: Tuple[str, ...], value) -> None:
-  for name in path[:-1]:
-    tree = tree.setdefault(name, {})
-  tree[path[-1]] = value
-
-
-def _get(tree: dict, path: Tuple[str, ...]):
-  for name in path:
-    tree = tree[name]
-  return tree
-
-
 def _check_shape(key: str, array: np.ndarray, expected: Tuple[int, ...]) -> None:
   if array.shape != expected:
     raise ValueError(f'{key} has shape {array.shape} but the config expects {expected}; '
@@ -130,7 +119,7 @@ def params_from_hf(state_dict: Dict[str, np.ndarray], config: T5Config) -> PyTre
     raise ValueError('the state dict has no shared embedding (shared.weight); '
                    'is it a T5ForConditionalGeneration checkpoint?')
   _check_shape('shared.weight', emb, expected['token_embedder']['embedding'].shape)
-  _set(params, ('token_embedder', 'embedding'), emb)
+  set_path(params, ('token_embedder', 'embedding'), emb)
   used.update(_EMBEDDING_ALIASES)
   if config.logits_via_embedding:
     used.add('lm_head.weight')  # a tied copy of the embedding
@@ -140,8 +129,8 @@ def params_from_hf(state_dict: Dict[str, np.ndarray], config: T5Config) -> PyTre
                      '(layers, feed_forward_proj, tie_word_embeddings) matches it.')
     array = np.asarray(state_dict[key], np.float32)
     array = np.ascontiguousarray(array.T) if transpose else array
-    _check_shape(key, array, _get(expected, path).shape)
-    _set(params, path, array)
+    _check_shape(key, array, get_path(expected, path).shape)
+    set_path(params, path, array)
     used.add(key)
   unexpected = sorted(set(state_dict) - used)
   if unexpected:
@@ -187,7 +176,7 @@ def params_to_hf(config: T5Config, params: PyTree) -> Tuple[Dict[str, Any], Dict
   if config.logits_via_embedding:
     state_dict['lm_head.weight'] = emb
   for key, path, transpose in _key_map(config):
-    array = np.asarray(_get(params, path), np.float32)
+    array = np.asarray(get_path(params, path), np.float32)
     state_dict[key] = np.ascontiguousarray(array.T) if transpose else array
   return hf_config, state_dict
 
