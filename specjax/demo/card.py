@@ -77,9 +77,29 @@ def bleu_by_kind(hyps: Dict[str, Sequence[str]], refs: Sequence[str],
   return out
 
 
-def _summary(args, name):
+def training_summary(args, name: str) -> dict:
+  """The summary.json `scripts/train_demo.py` wrote for model `name`, or {} when none."""
   path = os.path.join(args.workdir, name, 'summary.json')
-  return json.load(open(path)) if os.path.exists(path) else {}
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def speculative_lines(r: dict, num_test: int) -> list:
+  """The card's table of the pair's speculative decoding (greedy and T=1) and how many
+  greedy outputs equal the target's own, as markdown lines."""
+  g, s = r['greedy'], r['t1']
+  return [
+      '| sampling | alpha | acceptance rate | tokens per target call |',
+      '|---|---|---|---|',
+      f'| greedy | {g["alpha"]:.3f} | {g["acceptance_rate"]:.3f} | {g["tokens_per_call"]:.2f} |',
+      f'| temperature 1 | {s["alpha"]:.3f} | {s["acceptance_rate"]:.3f} | '
+      f'{s["tokens_per_call"]:.2f} |',
+      '',
+      f'Greedy speculative outputs equal the target\'s own greedy outputs on '
+      f'{r["greedy_matches_target"]} of {num_test} rows.',
+  ]
 
 
 def _distilled_text(summary):
@@ -127,10 +147,9 @@ def write_card(args, r) -> str:
   """Writes MODEL_CARD.md from the stage summaries and the evaluation results; its path."""
   counts = {s: len(corpus.load_pairs(s, args.data)) for s in corpus.SPLITS}
   catalogs = len(glob.glob('/usr/share/locale/de/LC_MESSAGES/*.mo'))
-  t, d = _summary(args, 'target'), _summary(args, 'draft')
+  t, d = training_summary(args, 'target'), training_summary(args, 'draft')
   distill_minutes = sum(float(np.load(p)['minutes']) for p in glob.glob(
       os.path.join(args.workdir, 'distill', '*.npz')))
-  g, s = r['greedy'], r['t1']
 
   def train_row(name, config, x):
     return (f'| {name} | `{config.name}` | {r[name + "_params"] / 1e6:.2f} M | '
@@ -195,14 +214,7 @@ def write_card(args, r) -> str:
       'included; tokens per target call: (accepted + calls) / calls, before truncation at '
       'EOS.',
       '',
-      '| sampling | alpha | acceptance rate | tokens per target call |',
-      '|---|---|---|---|',
-      f'| greedy | {g["alpha"]:.3f} | {g["acceptance_rate"]:.3f} | {g["tokens_per_call"]:.2f} |',
-      f'| temperature 1 | {s["alpha"]:.3f} | {s["acceptance_rate"]:.3f} | '
-      f'{s["tokens_per_call"]:.2f} |',
-      '',
-      f'Greedy speculative outputs equal the target\'s own greedy outputs on '
-      f'{r["greedy_matches_target"]} of {counts["test"]} rows.',
+      *speculative_lines(r, counts['test']),
       '',
       "Load with `checkpoints.load_model(None, 'specjax/assets/demo/target')` (and `draft`), "
       "vocabulary `checkpoints.load_vocab('specjax/assets/demo/spm.model')`. Toy models: "

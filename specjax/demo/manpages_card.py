@@ -3,7 +3,6 @@ paired bootstrap, and MODEL_CARD.md written from the training summaries and the
 evaluation results of `scripts/train_demo.py --task manpages`."""
 from __future__ import annotations
 
-import json
 import os
 import platform
 from typing import Dict, Sequence
@@ -12,6 +11,7 @@ import jax
 import numpy as np
 
 from specjax.demo import manpages
+from specjax.demo.card import speculative_lines, training_summary
 
 ROUGE_TYPES = ('rouge1', 'rouge2', 'rougeL')
 BOOTSTRAP_RESAMPLES = 1000
@@ -66,11 +66,6 @@ def rouge_by_kind(hyps: Dict[str, Sequence[str]], refs: Sequence[str],
   return out
 
 
-def _summary(args, name):
-  path = os.path.join(args.workdir, name, 'summary.json')
-  return json.load(open(path, encoding='utf-8')) if os.path.exists(path) else {}
-
-
 def _quality_text(r) -> list:
   b, k = r['bootstrap'], r['by_kind']
   near, novel = k['near_duplicate'], k['novel']
@@ -101,12 +96,11 @@ def write_card(args, r) -> str:
   """Writes the man-page pair's MODEL_CARD.md; returns its path."""
   task = args.task
   counts = {s: len(task.load_pairs(s, args.data)) for s in manpages.SPLITS}
-  t, d = _summary(args, 'target'), _summary(args, 'draft')
+  t, d = training_summary(args, 'target'), training_summary(args, 'draft')
   distill = sum(float(np.load(os.path.join(args.workdir, 'distill', f))['minutes'])
                 for f in sorted(os.listdir(os.path.join(args.workdir, 'distill')))
                 if f.endswith('.npz')) if os.path.isdir(os.path.join(args.workdir,
                                                                       'distill')) else 0.0
-  g, s = r['greedy'], r['t1']
 
   def row(name, config, x):
     q = r[name + '_rouge']
@@ -169,14 +163,7 @@ def write_card(args, r) -> str:
       f'Speculative decoding of the pair, gamma {args.gamma} (alpha, acceptance rate and '
       'tokens per call as in the EnDe pair\'s card):',
       '',
-      '| sampling | alpha | acceptance rate | tokens per target call |',
-      '|---|---|---|---|',
-      f'| greedy | {g["alpha"]:.3f} | {g["acceptance_rate"]:.3f} | {g["tokens_per_call"]:.2f} |',
-      f'| temperature 1 | {s["alpha"]:.3f} | {s["acceptance_rate"]:.3f} | '
-      f'{s["tokens_per_call"]:.2f} |',
-      '',
-      f'Greedy speculative outputs equal the target\'s own greedy outputs on '
-      f'{r["greedy_matches_target"]} of {counts["test"]} rows.',
+      *speculative_lines(r, counts['test']),
       '',
       "Load with `checkpoints.load_model('manpages_target', "
       "DEFAULT_CHECKPOINTS['manpages_target'])` (and `manpages_draft`), vocabulary "
