@@ -266,15 +266,17 @@ def run_paper_table(args) -> dict:
       4 if args.quick else 32, args.pad_inputs)
 
 
-def _write_paper_table(args, result) -> None:
-  print(paper_report.format_text(result))
+def _write(args, result, reporter, text: str) -> None:
+  """Prints `text` and writes the --json, --plot and --markdown of `result` asked for,
+  through `reporter` (`report` for the gamma sweep, `paper_report` for --paper-table)."""
+  print(text)
   if args.json_path:
     with open(args.json_path, 'w', encoding='utf-8') as f:
       json.dump(result, f, indent=1)
   if args.plot:
-    paper_report.plot(result, args.plot)
+    reporter.plot(result, args.plot)
   if args.markdown:
-    paper_report.write_markdown(result, args.markdown, args.plot)
+    reporter.write_markdown(result, args.markdown, args.plot)
 
 
 def main(argv=None) -> int:
@@ -285,16 +287,9 @@ def main(argv=None) -> int:
     print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
     return 2
   if args.paper_table:
-    _write_paper_table(args, result)
-    return 0
-  print(report.format_table(result))
-  if args.json_path:
-    with open(args.json_path, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=1)
-  if args.plot:
-    report.plot(result, args.plot)
-  if args.markdown:
-    report.write_markdown(result, args.markdown, args.plot)
+    _write(args, result, paper_report, paper_report.format_text(result))
+  else:
+    _write(args, result, report, report.format_table(result))
   return 0
 
 
