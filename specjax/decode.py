@@ -65,7 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'verification, which keeps at least as many tokens per call; both exact')
   p.add_argument('--draft-threshold', type=float, default=0.0, help='per-row dynamic gamma: '
                  'a row stops drafting at its first token the draft gives less than this '
-                 'probability (0: always gamma tokens); exact')
+                 'probability (0: always gamma tokens); the target then scores only as far as the '
+                 'longest proposal; exact')
   p.add_argument('--lenience', type=float, default=1.0, help='sampled decoding only: accept '
                  'when r*lenience*q < p; below 1 the output no longer follows the target\'s '
                  'distribution (lossy, faster)')

@@ -189,3 +189,44 @@ def test_lenience_accepts_more_and_is_no_longer_exact():
     with pytest.raises(ValueError) as err:
       specjax.speculative_decode(target, tp, target, dp, inputs[:2], **{**kw, **bad})
     assert '\n' not in str(err.value)
+
+
+def test_verify_scores_only_as_far_as_the_longest_proposal():
+  from specjax.core import steps  # pylint: disable=import-outside-toplevel
+  from specjax.models.t5 import T5  # pylint: disable=import-outside-toplevel
+  from specjax.models.t5_config import t5_tiny  # pylint: disable=import-outside-toplevel
+  model = T5(t5_tiny)
+  params = model.init(jax.random.PRNGKey(0))
+  inputs = jax.random.randint(jax.random.PRNGKey(1), (2, 6), 2, t5_tiny.vocab_size)
+  bound = steps.Bound(model, params, model.encode(params, inputs))
+  cache = model.init_cache(2, 16)
+  x = jax.random.randint(jax.random.PRNGKey(2), (2, 4), 2, t5_tiny.vocab_size)
+  last, pos = jnp.array([0, 0]), jnp.array([0, 0])
+  full, _ = steps.verify(bound, cache, last, x, pos)
+  for longest in (1, 2, 4):
+    logits, new_cache = jax.jit(lambda c, n: steps.verify_proposed(bound, c, last, x, pos, n))(
+        cache, jnp.int32(longest))
+    assert logits.shape == full.shape
+    np.testing.assert_allclose(logits[:, :longest + 1], full[:, :longest + 1], atol=1e-5)
+    assert np.all(np.asarray(logits[:, longest + 1:]) == 0)  # not scored
+    # Then the next call, from the positions written, sees the same cache as after a full one.
+    nxt = jnp.full((2, 1), 5, jnp.int32)
+    after, _ = model.decode(params, bound.encoded, new_cache, nxt, pos + longest + 1)
+    ref, _ = model.decode(params, bound.encoded, steps.verify(bound, cache, last, x, pos)[1],
+                          nxt, pos + longest + 1)
+    np.testing.assert_allclose(after, ref, atol=1e-5)
+
+
+def test_dynamic_gamma_t5_greedy_equals_the_target_alone_with_refill():
+  from specjax.models.t5 import T5  # pylint: disable=import-outside-toplevel
+  from specjax.models.t5_config import t5_tiny, t5_tiny_draft  # pylint: disable=import-outside-toplevel
+  target, draft = T5(t5_tiny), T5(t5_tiny_draft)
+  tp, dp = target.init(jax.random.PRNGKey(0)), draft.init(jax.random.PRNGKey(1))
+  inputs = jax.random.randint(jax.random.PRNGKey(3), (5, 7), 2, t5_tiny.vocab_size)
+  ref = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=10)
+  for threshold in (0.1, 0.5):
+    out = specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=4, max_decode_len=10,
+                                     draft_threshold=threshold, slots=2)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    calls = int(out.stats.target_calls.sum())
+    assert calls <= int(out.stats.drafted.sum()) < 4 * calls  # rows stopped early

@@ -78,8 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'draft model and --drafts under each (block only when sampling)')
   v.add_argument('--variant-gammas', default='2,4', help='gammas of those rows')
   v.add_argument('--thresholds', default='', help='per-row dynamic gamma: confidence '
-                 'thresholds of rows at --threshold-gamma, e.g. 0.3,0.5,0.7')
-  v.add_argument('--threshold-gamma', type=int, default=8, help='the most a row drafts')
+                 'thresholds of rows at each --threshold-gamma, e.g. 0.3,0.5,0.7')
+  v.add_argument('--threshold-gamma', default='8', help='the most a row drafts, or several '
+                 '(e.g. 3,4,6: a row per threshold and gamma)')
   v.add_argument('--lenience', default='', help='T=1 rows at these lenience values with the '
                  'BLEU of their outputs, e.g. 1,0.5,0.2 (lossy below 1)')
   v.add_argument('--gamma-auto-batches', default='', help='python -m specjax.decode --gamma '
@@ -231,11 +232,12 @@ def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_le
       drafts[spec] = resolve_draft(spec, target, args.target, ctx['load'])
     gammas = _ints(args.variant_gammas)
     thresholds = [float(t) for t in args.thresholds.split(',') if t]
-    cache_len = max_len + max(gammas + [args.threshold_gamma]) + 2
+    threshold_gammas = _ints(args.threshold_gamma) if thresholds else []
+    cache_len = max_len + max(gammas + threshold_gammas) + 2
     out['variants'] = variants.variant_rows(
         target, tp, drafts, batches, gammas=gammas, temperatures=temperatures,
         verifications=verifications, thresholds=thresholds,
-        threshold_gamma=args.threshold_gamma, cache_len=cache_len, **kw)
+        threshold_gammas=threshold_gammas, cache_len=cache_len, **kw)
   if args.lenience:
     if ctx['vocab'] is None:
       raise ValueError('--lenience reports BLEU against references: not with --quick')

@@ -277,9 +277,11 @@ def beyond_the_draft(result: dict) -> List[str]:
                and r.get('draft', result['draft']) == result['draft']]
       best_fixed = max(fixed, key=lambda r: r['speedup'])
       best_dyn = max((r for r in dynamic if r['temperature'] == t), key=lambda r: r['speedup'])
+      saved = best_dyn['gamma'] - best_dyn['drafted_per_call']
       lines += [f'- T={t}: the best threshold ({best_dyn["draft_threshold"]}, at most '
                 f'{best_dyn["gamma"]} drafts, {best_dyn["drafted_per_call"]:.2f} proposed per '
-                f'call) runs {best_dyn["speedup"]:.2f}x; the best fixed gamma '
+                f'call: {saved:.2f} draft steps saved per call) runs '
+                f'{best_dyn["speedup"]:.2f}x; the best fixed gamma '
                 f'({best_fixed["gamma"]}) {best_fixed["speedup"]:.2f}x.']
     lines += ['']
   if result.get('lenience'):

@@ -19,7 +19,7 @@ from specjax.core.sampling import SamplingConfig
 
 def variant_rows(target, tp, drafts: Dict[str, tuple], batches, *, gammas: Sequence[int],
                  temperatures: Sequence[float], verifications: Sequence[str],
-                 thresholds: Sequence[float], threshold_gamma: int, max_len: int,
+                 thresholds: Sequence[float], threshold_gammas: Sequence[int], max_len: int,
                  seed: int = 0, rounds: int = 3, repeats: int = 32, cache_len: int = 64,
                  slots: Optional[int] = None) -> List[dict]:
   """Rows for every (draft, verification, gamma, temperature), then dynamic gamma.
@@ -31,8 +31,9 @@ def variant_rows(target, tp, drafts: Dict[str, tuple], batches, *, gammas: Seque
     gammas: the gammas of the draft rows.
     temperatures: of every row.
     verifications: 'token' and/or 'block'.
-    thresholds: the confidence thresholds of the dynamic-gamma rows (at threshold_gamma).
-    threshold_gamma: G of the dynamic-gamma rows (the most a row drafts).
+    thresholds: the confidence thresholds of the dynamic-gamma rows (at each of
+      threshold_gammas).
+    threshold_gammas: G of the dynamic-gamma rows (the most a row drafts).
     max_len, seed, rounds, repeats, cache_len, slots: as `rows.speculative_row`.
 
   Returns:
@@ -52,11 +53,12 @@ def variant_rows(target, tp, drafts: Dict[str, tuple], batches, *, gammas: Seque
           out.append(dict(row, draft=label, verification=verification, draft_threshold=0.0))
           print(report.format_row(out[-1]), file=sys.stderr)
     label, (draft, dp) = next(iter(drafts.items()))
-    for threshold in thresholds:
-      row = bench_rows.speculative_row(target, tp, draft, dp, batches, threshold_gamma,
-                                       sampling, max_len, draft_threshold=threshold, **kw)
-      out.append(dict(row, draft=label, verification='token', draft_threshold=threshold))
-      print(report.format_row(out[-1]), file=sys.stderr)
+    for gamma in threshold_gammas:
+      for threshold in thresholds:
+        row = bench_rows.speculative_row(target, tp, draft, dp, batches, gamma, sampling,
+                                         max_len, draft_threshold=threshold, **kw)
+        out.append(dict(row, draft=label, verification='token', draft_threshold=threshold))
+        print(report.format_row(out[-1]), file=sys.stderr)
   return out
 
 

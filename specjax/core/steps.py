@@ -92,8 +92,8 @@ def _drafted(logits: jax.Array, keys, params, cfg: LoopConfig, cache) -> Drafted
 
 
 def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
-                keys: Optional[jax.Array], params: SamplingParams, cfg: LoopConfig
-                ) -> Drafted:
+                keys: Optional[jax.Array], params: SamplingParams, cfg: LoopConfig,
+                active: Optional[jax.Array] = None) -> Drafted:
   """Runs G draft steps: x [B, G], q [B, G, V] (None when greedy), the cache, the rows whose
   logits were not finite, and how many tokens each row proposes.
 
@@ -101,8 +101,9 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
   up after a fully accepted block, whose last draft token it never saw. With
   cfg.draft_threshold > 0 a row stops proposing at its first token whose confidence (the
   draft's largest probability) is under the threshold (it proposes the first token always),
-  and the steps stop once every row has: the verify call still scores G positions, each row
-  uses its own count. The stopping rule reads the draft only, so the output stays exact.
+  and the steps stop once every row has: the verify call then scores as many positions as
+  the longest proposal (`verify_proposed`), each row uses its own count. The stopping rule
+  reads the draft only, so the output stays exact.
 
   Args:
     draft: the draft and its rows' encoding.
@@ -111,6 +112,8 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
     keys: [G, B, ...] one key per step and row (None when greedy).
     params: the rows' sampling settings.
     cfg: the static loop config.
+    active: [B] bool, the rows still decoding (default all): with a threshold, the steps
+      stop once no ACTIVE row drafts on.
   """
   greedy, gamma = cfg.sampling.greedy, cfg.gamma
   start = jnp.maximum(pos - 1, 0)  # [B]
@@ -123,7 +126,7 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
     return Drafted(first.x[:, None], None if greedy else first.q[:, None], first.cache,
                    first.nonfinite, all_rows)
   if cfg.draft_threshold > 0.0:
-    return _draft_until_unsure(draft, first, pos, keys, params, cfg)
+    return _draft_until_unsure(draft, first, pos, keys, params, cfg, active)
 
   def step(carry, step_keys):
     cache, token, p, bad = carry
@@ -139,7 +142,7 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
 
 
 def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
-                        cfg: LoopConfig) -> Drafted:
+                        cfg: LoopConfig, active: Optional[jax.Array]) -> Drafted:
   """Steps 2..G of `draft_block` with a confidence threshold, in a while loop that ends
   once no row drafts on."""
   greedy, gamma, batch = cfg.sampling.greedy, cfg.gamma, pos.shape[0]
@@ -147,26 +150,59 @@ def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
   q = None if greedy else jnp.zeros((batch, gamma) + first.q.shape[1:]).at[:, 0].set(first.q)
   sure = first.confidence >= cfg.draft_threshold  # [B]: still drafting
   drafted = jnp.ones((batch,), jnp.int32)
+  going = sure if active is None else sure & active  # what keeps the steps running
 
   def cond(c):
-    return (c[0] < gamma) & jnp.any(c[6])
+    return (c[0] < gamma) & jnp.any(c[7])
 
   def body(c):
-    i, cache, token, bad, x, q, sure, drafted = c
+    i, cache, token, bad, x, q, sure, going, drafted = c
     d = draft_step(draft, cache, token, pos + i, None if greedy else keys[i], params, cfg)
     x = x.at[:, i].set(d.x)
     q = None if greedy else q.at[:, i].set(d.q)
     sure = sure & (d.confidence >= cfg.draft_threshold)
-    return (i + 1, d.cache, d.x, bad | d.nonfinite, x, q, sure, drafted + sure)
+    going = going & sure
+    return (i + 1, d.cache, d.x, bad | d.nonfinite, x, q, sure, going, drafted + sure)
 
-  carry = (jnp.int32(1), first.cache, first.x, first.nonfinite, x, q, sure, drafted)
-  _, cache, _, bad, x, q, _, drafted = jax.lax.while_loop(cond, body, carry)
+  carry = (jnp.int32(1), first.cache, first.x, first.nonfinite, x, q, sure, going, drafted)
+  _, cache, _, bad, x, q, _, _, drafted = jax.lax.while_loop(cond, body, carry)
   return Drafted(x, q, cache, bad, drafted)
 
 
 def verify(target: Bound, cache, last: jax.Array, x: jax.Array, pos: jax.Array):
   """The ONE target call of an iteration: [last, x_1..x_G] at pos -> logits [B, G+1, V]."""
   return target.decode(cache, jnp.concatenate([last[:, None], x], axis=1), pos)
+
+
+def verify_proposed(target: Bound, cache, last: jax.Array, x: jax.Array, pos: jax.Array,
+                    longest: jax.Array):
+  """`verify` of only the first `longest` drafts: [last, x_1..x_k] at pos, k = longest.
+
+  With a confidence threshold the rows propose fewer than G tokens, and where a verify of
+  K tokens costs more the larger K (a CPU, a GPU or a TPU at a large batch), scoring the
+  G + 1 positions would waste the difference. One branch per k (all of 1..G compiled, the
+  one taken runs); the cache beyond what a call writes is never read (queries see keys
+  at positions <= their own), so skipping the last positions changes no output.
+
+  Args:
+    target: the target and its rows' encoding.
+    cache: the target's cache.
+    last: [B] each row's last token; x: [B, G] the drafts; pos: [B] where `last` sits.
+    longest: scalar int32 in 1..G, the most drafts any active row proposes.
+
+  Returns:
+    (logits [B, G+1, V], zero past position k, and the target's cache).
+  """
+  gamma = x.shape[1]
+
+  def upto(k):
+    def run(cache):
+      logits, cache = verify(target, cache, last, x[:, :k], pos)
+      return jnp.pad(logits, ((0, 0), (0, gamma - k), (0, 0))), cache
+    return run
+
+  return jax.lax.switch(jnp.clip(longest, 1, gamma) - 1,
+                        [upto(k) for k in range(1, gamma + 1)], cache)
 
 
 def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
@@ -179,10 +215,15 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
     split = split_keys(state.keys, g + 2)  # [G+2, B, ...]
     keys, draft_keys, accept_keys = split[0], split[1:g + 1], split[g + 1]
   d = draft_block(draft, state.draft_cache, state.seq, state.pos, draft_keys, state.sampling,
-                  cfg)
+                  cfg, active=~state.done)
   x, drafted = d.x, d.confidence  # [B, G], [B]: each row's own count of proposals
-  logits, target_cache = verify(target, state.target_cache, gather_rows(state.seq, state.pos),
-                                x, state.pos)  # [B, G+1, V]
+  last = gather_rows(state.seq, state.pos)
+  if cfg.draft_threshold > 0.0 and g > 1:  # score only as far as the longest proposal
+    longest = jnp.max(jnp.where(state.done, 1, drafted))
+    logits, target_cache = verify_proposed(target, state.target_cache, last, x, state.pos,
+                                           longest)  # [B, G+1, V]
+  else:
+    logits, target_cache = verify(target, state.target_cache, last, x, state.pos)
   if cfg.sampling.greedy:
     result = acceptance.accept_greedy(sampling.argmax(logits), x, drafted)
   else:

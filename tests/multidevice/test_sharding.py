@@ -103,6 +103,22 @@ def test_sampled_output_of_an_input_does_not_depend_on_batch_refill_or_mesh(pair
   assert len({tuple(row) for row in alone.tolist()}) > 8  # the samples really differ
 
 
+@pytest.mark.parametrize('temperature', [0.0, 1.0])
+def test_dynamic_gamma_on_a_mesh_equals_unsharded(pair_and_inputs, temperature):
+  """Rows stopping at their own counts, the verify scoring as far as the longest: the same
+  on a 2x4 mesh with refill as unsharded in one batch."""
+  target, tp, draft, dp, inputs = pair_and_inputs
+  kw = dict(gamma=4, max_decode_len=MAX_LEN, rng=RNG, draft_threshold=0.1,
+            sampling=specjax.SamplingConfig(temperature=temperature))
+  ref = specjax.speculative_decode(target, tp, draft, dp, inputs, **kw)
+  out = specjax.speculative_decode(target, tp, draft, dp, inputs, slots=8,
+                                   mesh=mesh_lib.make_mesh(shape=(2, 4)), **kw)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_array_equal(out.stats.drafted, ref.stats.drafted)
+  calls = int(ref.stats.target_calls.sum())
+  assert calls < int(ref.stats.drafted.sum()) < 4 * calls  # rows stop at their own counts
+
+
 def test_sharded_autoregressive_equals_unsharded_and_traces_once(pair_and_inputs):
   target, tp, _, _, inputs = pair_and_inputs
   mesh = mesh_lib.make_mesh(shape=(2, 4))
