@@ -65,11 +65,13 @@ def test_decode_step_reads_bfloat16_weights_as_stored(name, tokens):
   converts = [e for e in _eqns(jaxpr) if e.primitive.name == 'convert_element_type'
               and e.params['new_dtype'] == jnp.float32 and weight_sized(e.invars[0])]
   assert not converts, converts
-  products = [e for e in _eqns(jaxpr) if e.primitive.name == 'dot_general'
-              and weight_sized(e.invars[1])]
-  assert len(products) >= 4 * cfg.num_decoder_layers
-  for e in products:
-    assert e.invars[1].aval.dtype == jnp.bfloat16
+  # The weight is either operand (the key and value products take it first, see
+  # `project_kv`).
+  products = [(e, w) for e in _eqns(jaxpr) if e.primitive.name == 'dot_general'
+              for w in e.invars if weight_sized(w)]
+  assert len(products) >= 8 * cfg.num_decoder_layers
+  for e, w in products:
+    assert w.aval.dtype == jnp.bfloat16
     assert e.params['preferred_element_type'] == jnp.float32
 
 
@@ -86,7 +88,7 @@ def test_compile_only_tpu_step_reads_what_it_must():
   one, eight = json.loads(out.stdout.strip().splitlines()[-1])
   # The rest above 1: caches in (8, 128) tiles (137 positions occupy 256, a K-token write
   # rewrites whole tiles), which t5_small's 80 MB does not dwarf as T5-XXL's 11 GB does.
-  assert one <= 1.10 and eight <= 1.20
+  assert one <= 1.10 and eight <= 1.15
 
 
 def _roofline(row) -> float:

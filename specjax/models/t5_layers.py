@@ -137,17 +137,36 @@ def project_kv(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
   Keys and values are stored heads-major, with T minor, as the attention products read
   them: XLA:CPU then relayouts no cache and no cross-attention K/V per decode step.
   """
-  # Projected as [B, T, N, H] and then transposed: producing [B, N, H, T] in the product
-  # itself made XLA:CPU relayout the kernel on every call.
+  return jax.lax.platform_dependent(
+      x, kernel, cpu=functools.partial(_project_kv_t_major, num_heads=num_heads),
+      default=functools.partial(_project_kv_t_minor, num_heads=num_heads))
+
+
+def _project_kv_t_major(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
+  """XLA:CPU: projected as [B, T, N, H] and then transposed (producing [B, N, H, T] in the
+  product itself made it relayout the kernel or read it many times per call)."""
   return jnp.transpose(project_heads(x, kernel, num_heads), (0, 2, 3, 1))
 
 
+def _project_kv_t_minor(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
+  """TPU: one [N*H, D] x [D, B*T] product, already T-minor, so the new keys and values
+  enter the cache without the relayout copy the transposed [B, T, N, H] needed."""
+  b, t, d = x.shape
+  y = jax.lax.dot_general(kernel.astype(x.dtype), x.reshape(b * t, d), (((0,), (1,)), ((), ())),
+                          preferred_element_type=jnp.float32).astype(x.dtype)  # [N*H, B*T]
+  y = y.reshape(num_heads, kernel.shape[1] // num_heads, b, t)  # [N, H, B, T]
+  return jnp.transpose(y, (2, 0, 1, 3))
+
+
 def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
-  """x [B, K, N, H] times the [N*H, D] out kernel -> [B, K, D]."""
-  b, k, n, h = x.shape
-  # One [B, K, N*H] x [N*H, D] product. Contracting N and H as two axes made XLA:CPU
-  # relayout the whole kernel on every decode step (2 MB per step for the demo target).
-  return dense(x.reshape(b, k, n * h), kernel)
+  """x [B, N, K, H] (as `dot_product_attention` returns it) times the [N*H, D] out kernel
+  -> [B, K, D]."""
+  b, n, k, h = x.shape
+  # Heads and head dim contracted in place, the kernel viewed as [N, H, D] (free): taking
+  # [B, K, N*H] instead made TPU relayout every attention output twice per call.
+  y = jax.lax.dot_general(x, kernel.reshape(n, h, -1).astype(x.dtype),
+                          (((1, 3), (0, 1)), ((), ())), preferred_element_type=jnp.float32)
+  return y.astype(x.dtype)
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -160,11 +179,11 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     k: [B, N, H, T] keys, heads-major (T is S for cross attention; see `project_kv`).
     v: [B, N, H, T] values, heads-major.
     mask: [B, K, T] or [B, 1, T] bool, True where the query may see the key.
-    bias: optional [B or 1, N, K, T] float32 relative position bias.
+    bias: optional [B or 1, N, K, T] relative position bias (added in float32).
     dropout: applied to the attention weights (training only).
 
   Returns:
-    [B, K, N, H] in v's dtype.
+    [B, N, K, H] in v's dtype (heads-major, as `merge_heads` takes it).
   """
   # Scores and softmax in float32 so that bfloat16 activations keep exact-ish ranking.
   scores = jnp.einsum('bknh,bnht->bnkt', q, k, preferred_element_type=jnp.float32)
@@ -172,7 +191,7 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     scores = scores + bias
   scores = jnp.where(mask[:, None, :, :], scores, _MASKED)  # [B, N, K, T]
   probs = dropout(jax.nn.softmax(scores, axis=-1).astype(v.dtype))
-  return jnp.einsum('bnkt,bnht->bknh', probs, v)
+  return jnp.einsum('bnkt,bnht->bnkh', probs, v)
 
 
 def mlp(x: jax.Array, params: PyTree, activations: Sequence[str],
@@ -242,17 +261,21 @@ def _bucket_starts(bidirectional: bool, num_buckets: int, max_distance: int) -> 
 
 def decoder_position_bias(rel_embedding: jax.Array, positions: jax.Array, num_tokens: int,
                           max_len: int, num_buckets: int, max_distance: int) -> jax.Array:
-  """Causal bias [B, N, K, T] float32 for queries at positions[b] + k vs keys 0..T-1.
+  """Causal bias [B, N, K, T] for queries at positions[b] + k vs keys 0..T-1, in
+  rel_embedding's dtype (the float32 scores take it exactly).
 
   Computed without gathers (the buckets by comparisons with each bucket's first distance,
   the bias by a one-hot product): a gather per step made TPU's decode step read about as
   much for the bias as for a layer's weights. Equal to `relative_position_bucket`'s
-  buckets looked up in rel_embedding.
+  buckets looked up in rel_embedding: each entry is one table entry times 1, exact in
+  float32 and so in the table's own dtype, which halves what every layer reads of it
+  when the table is bfloat16.
   """
   query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
   distance = query_pos[:, :, None] - jnp.arange(max_len)[None, None, :]  # [B, K, T]
   starts = jnp.asarray(_bucket_starts(False, num_buckets, max_distance))  # [buckets - 1]
   buckets = jnp.sum(distance[..., None] >= starts, axis=-1)  # [B, K, T]; keys ahead: 0
   one_hot = jax.nn.one_hot(buckets, num_buckets, dtype=jnp.float32)  # [B, K, T, buckets]
-  return jnp.einsum('nj,bktj->bnkt', rel_embedding.astype(jnp.float32), one_hot,
-                    precision=jax.lax.Precision.HIGHEST)
+  bias = jnp.einsum('nj,bktj->bnkt', rel_embedding.astype(jnp.float32), one_hot,
+                    precision=jax.lax.Precision.HIGHEST)  # [B, N, K, T]
+  return bias.astype(rel_embedding.dtype)
