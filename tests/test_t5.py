@@ -11,6 +11,7 @@ import pytest
 from specjax.core import decoder as decoder_lib
 from specjax.core.sampling import SamplingConfig, SamplingParams
 from specjax.core.state import LoopConfig
+from specjax.models import t5_layers
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, T5Config
 
@@ -190,13 +191,28 @@ def test_decode_step_macs_match_xla_cost_analysis(name):
 
 
 def test_decode_step_copies_no_weight_matrix():
-  """A decode step must not relayout weights: XLA:CPU copied every attention out kernel on
-  every step while `merge_heads` contracted heads and head dim as two axes."""
+  """A decode step must not relayout weights (no copy as large as an attention kernel):
+  XLA:CPU once copied every attention out kernel on every step, and would copy any kernel
+  a product reads in a layout other than its stored one."""
   cfg = T5_CONFIGS['demo_target']
   text = _compiled_decode_step(cfg).as_text()
   copies = re.findall(r'= \w+\[([\d,]*)\]\{[^}]*\} copy\(', text)
   sizes = [math.prod(int(d) for d in dims.split(',') if d) for dims in copies]
   assert max(sizes, default=0) < cfg.num_heads * cfg.head_dim * cfg.emb_dim, copies
+
+
+def test_both_key_value_products_are_the_same_projection():
+  """`project_kv` takes the T-major product on CPU and the T-minor one elsewhere (TPU):
+  both must be the same [B, N, H, T] keys."""
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(2, 5, 8)), jnp.float32)
+  kernel = jnp.asarray(rng.normal(size=(8, 12)), jnp.float32)
+  major = t5_layers.project_kv_t_major(x, kernel, 3)
+  assert major.shape == (2, 3, 4, 5)
+  np.testing.assert_allclose(t5_layers.project_kv_t_minor(x, kernel, 3), major, rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_allclose(major[1, 2, :, 4], x[1, 4] @ kernel[:, 8:12], rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(t5_layers.project_kv(x, kernel, 3), major)  # CPU: T-major
 
 
 def test_decode_loop_relayouts_no_cache_and_no_cross_kv():

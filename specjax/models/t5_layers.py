@@ -138,17 +138,17 @@ def project_kv(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
   them: XLA:CPU then relayouts no cache and no cross-attention K/V per decode step.
   """
   return jax.lax.platform_dependent(
-      x, kernel, cpu=functools.partial(_project_kv_t_major, num_heads=num_heads),
-      default=functools.partial(_project_kv_t_minor, num_heads=num_heads))
+      x, kernel, cpu=functools.partial(project_kv_t_major, num_heads=num_heads),
+      default=functools.partial(project_kv_t_minor, num_heads=num_heads))
 
 
-def _project_kv_t_major(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
+def project_kv_t_major(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
   """XLA:CPU: projected as [B, T, N, H] and then transposed (producing [B, N, H, T] in the
   product itself made it relayout the kernel or read it many times per call)."""
   return jnp.transpose(project_heads(x, kernel, num_heads), (0, 2, 3, 1))
 
 
-def _project_kv_t_minor(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
+def project_kv_t_minor(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.Array:
   """TPU: one [N*H, D] x [D, B*T] product, already T-minor, so the new keys and values
   enter the cache without the relayout copy the transposed [B, T, N, H] needed."""
   b, t, d = x.shape
