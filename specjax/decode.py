@@ -67,6 +67,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'a row stops drafting at its first token the draft gives less than this '
                  'probability (0: always gamma tokens); the target then scores only as far as the '
                  'longest proposal; exact')
+  p.add_argument('--threshold-rule', default='token', choices=('token', 'cumulative'),
+                 help='what --draft-threshold is compared with: token, each draft token\'s '
+                 'own probability (as Hugging Face\'s assistant_confidence_threshold); '
+                 'cumulative, their product over the row\'s proposals so far (the draft\'s '
+                 'estimate that all are accepted)')
   p.add_argument('--lenience', type=float, default=1.0, help='sampled decoding only: accept '
                  'when r*lenience*q < p; below 1 the output no longer follows the target\'s '
                  'distribution (lossy, faster)')
@@ -121,6 +126,7 @@ def _job(args: argparse.Namespace) -> DecodeJob:
       task=args.task, split=args.split,
       output=args.output, prefix=args.prefix, gamma=gamma,
       verification=args.verification, draft_threshold=args.draft_threshold,
+      threshold_rule=args.threshold_rule,
       lenience=args.lenience,
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
       batch_size=args.batch_size, max_input_len=args.max_input_len,
@@ -138,7 +144,8 @@ def _print_summary(s: dict) -> None:
   if s.get('gamma_reason'):
     print(f'  gamma: {s["gamma_reason"]}')
   rule = [f'{s["verification"]} verification'] + (
-      [f'draft threshold {s["draft_threshold"]}'] if s['draft_threshold'] else [])
+      [f'draft threshold {s["draft_threshold"]} ({s.get("threshold_rule", "token")})']
+      if s['draft_threshold'] else [])
   if s['gamma'] != 0:  # gamma 0: the target alone decoded, no rule applied
     print(f'  {", ".join(rule)}')
   if s['lenience'] < 1:

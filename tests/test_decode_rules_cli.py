@@ -30,6 +30,7 @@ def _summary(capsys, *args):
     ('bigram', ['--verification', 'block']),
     ('copy+demo_draft', ['--draft-threshold', '0.5']),
     ('demo_draft', ['--verification', 'block', '--draft-threshold', '0.3']),
+    ('demo_draft', ['--draft-threshold', '0.3', '--threshold-rule', 'cumulative']),
 ])
 def test_every_draft_and_rule_is_the_target_greedy_output(src, capsys, draft, rule):
   summary = _summary(capsys, '--input', src, '--draft', draft, '--gamma', '3',
@@ -71,6 +72,8 @@ def test_a_resumed_sampled_run_refuses_another_rule():
   sampled = ['--temperature', '1']
   assert fp(argv=sampled) != fp(argv=sampled + ['--verification', 'block'])
   assert fp(argv=sampled) != fp(argv=sampled + ['--lenience', '0.5'])
+  threshold = sampled + ['--draft-threshold', '0.5']
+  assert fp(argv=threshold) != fp(argv=threshold + ['--threshold-rule', 'cumulative'])
   assert fp(argv=[]) == fp(argv=['--verification', 'block', '--draft-threshold', '0.5'])
 
 

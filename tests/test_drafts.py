@@ -140,8 +140,9 @@ def test_bigram_table_and_exact_sampling():
   np.testing.assert_array_equal(greedy.tokens, ref.tokens)
 
 
-@pytest.mark.parametrize('verification', ['token', 'block'])
-def test_dynamic_gamma_is_exact_and_drafts_less(verification):
+@pytest.mark.parametrize('verification, rule', [('token', 'token'), ('block', 'token'),
+                                                ('token', 'cumulative')])
+def test_dynamic_gamma_is_exact_and_drafts_less(verification, rule):
   target = MarkovModel(6)
   tp = target.init(jax.random.PRNGKey(10), 1.5)
   dp = target.init(jax.random.PRNGKey(11), 3.0)
@@ -149,7 +150,8 @@ def test_dynamic_gamma_is_exact_and_drafts_less(verification):
   kw = dict(gamma=4, max_decode_len=steps, sampling=T1, rng=jax.random.PRNGKey(4),
             verification=verification)
   inputs = jnp.full((n, 1), 3, jnp.int32)
-  out = specjax.speculative_decode(target, tp, target, dp, inputs, draft_threshold=0.6, **kw)
+  out = specjax.speculative_decode(target, tp, target, dp, inputs, draft_threshold=0.6,
+                                   threshold_rule=rule, **kw)
   expected = enumerate_markov(target.transition_probs(tp, T1), 3, steps)
   assert chi_square_pvalue(np.asarray(out.tokens), expected) > 1e-3
   s = jax.tree.map(np.asarray, out.stats)
@@ -166,10 +168,35 @@ def test_dynamic_gamma_greedy_equals_the_target_alone():
   inputs = jnp.array([[3], [7], [12], [2]], jnp.int32)
   ref = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=12)
   for threshold in (0.3, 0.9):
-    out = specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=4, max_decode_len=12,
-                                     draft_threshold=threshold)
-    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    for rule in ('token', 'cumulative'):
+      out = specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=4,
+                                       max_decode_len=12, draft_threshold=threshold,
+                                       threshold_rule=rule)
+      np.testing.assert_array_equal(out.tokens, ref.tokens)
   assert int(out.stats.drafted.sum()) < 4 * int(out.stats.target_calls.sum())
+
+
+def test_the_cumulative_rule_stops_where_the_product_of_confidences_falls_under():
+  """A draft whose largest probability is 0.8 at every step (sampled, so the same q
+  throughout): 'token' at 0.5 drafts all 4, 'cumulative' stops once 0.8^k < 0.5, after
+  0.8, 0.64 (k = 3 would be 0.512: proposed; k = 4, 0.41: not): 3 per call."""
+  target = MarkovModel(6)
+  tp = target.init(jax.random.PRNGKey(10), 1.5)
+  logits = jnp.log(jnp.full((6, 6), 0.2 / 5).at[jnp.arange(6), (jnp.arange(6) + 1) % 6].set(
+      0.8))
+  dp = {'logits': logits}
+  assert jax.tree.structure(dp) == jax.tree.structure(tp)
+  inputs = jnp.full((8, 1), 3, jnp.int32)
+  kw = dict(gamma=4, max_decode_len=40, sampling=T1, rng=jax.random.PRNGKey(0),
+            draft_threshold=0.5)
+  drafted = lambda rule: jax.tree.map(np.asarray, specjax.speculative_decode(
+      target, tp, target, dp, inputs, threshold_rule=rule, **kw).stats)
+  token, cumulative = drafted('token'), drafted('cumulative')
+  assert token.drafted.sum() == 4 * token.target_calls.sum()
+  assert cumulative.drafted.sum() == 3 * cumulative.target_calls.sum()
+  with pytest.raises(ValueError) as err:
+    specjax.speculative_decode(target, tp, target, dp, inputs, threshold_rule='mean', **kw)
+  assert '\n' not in str(err.value) and 'cumulative' in str(err.value)
 
 
 def test_lenience_accepts_more_and_is_no_longer_exact():

@@ -79,6 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
   v.add_argument('--variant-gammas', default='2,4', help='gammas of those rows')
   v.add_argument('--thresholds', default='', help='per-row dynamic gamma: confidence '
                  'thresholds of rows at each --threshold-gamma, e.g. 0.3,0.5,0.7')
+  v.add_argument('--threshold-rules', default='token', help='token and/or cumulative: '
+                 'rows of each --thresholds under each rule (python -m specjax.decode '
+                 '--threshold-rule)')
   v.add_argument('--threshold-gamma', default='8', help='the most a row drafts, or several '
                  '(e.g. 3,4,6: a row per threshold and gamma)')
   v.add_argument('--lenience', default='', help='T=1 rows at these lenience values with the '
@@ -237,7 +240,9 @@ def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_le
     out['variants'] = variants.variant_rows(
         target, tp, drafts, batches, gammas=gammas, temperatures=temperatures,
         verifications=verifications, thresholds=thresholds,
-        threshold_gammas=threshold_gammas, cache_len=cache_len, **kw)
+        threshold_gammas=threshold_gammas,
+        threshold_rules=[r for r in args.threshold_rules.split(',') if r],
+        cache_len=cache_len, **kw)
   if args.lenience:
     if ctx['vocab'] is None:
       raise ValueError('--lenience reports BLEU against references: not with --quick')

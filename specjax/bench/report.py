@@ -240,8 +240,8 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
     f.write('\n'.join(lines))
 
 
-_VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'gamma', 'temperature', 'alpha',
-                    'tokens_per_call', 'drafted_per_call', 'tokens_per_second', 'speedup',
+_VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'threshold_rule', 'gamma',
+                    'temperature', 'alpha', 'tokens_per_call', 'drafted_per_call', 'tokens_per_second', 'speedup',
                     'loop_speedup', 'predicted_speedup')
 
 
@@ -267,7 +267,9 @@ def beyond_the_draft(result: dict) -> List[str]:
               'counts; `copy+NAME` copies where it matches and asks NAME elsewhere. Block '
               'verification accepts the draft as a whole (exact; greedy rows are the token '
               'rule\'s, so only sampled rows are shown). With a draft threshold each row '
-              'stops drafting at its first draft token whose probability is below it '
+              'stops drafting at its first draft token whose probability (threshold_rule '
+              'token) or the product of its probabilities so far (cumulative) is below it, '
+              'and the target scores only as far as the longest proposal '
               '(drafted_per_call: tokens proposed per target call, of at most gamma).', '']
     lines += _table(result['variants'], _VARIANT_COLUMNS)
     dynamic = [r for r in result['variants'] if r['draft_threshold'] > 0]
@@ -278,7 +280,8 @@ def beyond_the_draft(result: dict) -> List[str]:
       best_fixed = max(fixed, key=lambda r: r['speedup'])
       best_dyn = max((r for r in dynamic if r['temperature'] == t), key=lambda r: r['speedup'])
       saved = best_dyn['gamma'] - best_dyn['drafted_per_call']
-      lines += [f'- T={t}: the best threshold ({best_dyn["draft_threshold"]}, at most '
+      lines += [f'- T={t}: the best threshold ({best_dyn["draft_threshold"]} '
+                f'{best_dyn.get("threshold_rule") or "token"}, at most '
                 f'{best_dyn["gamma"]} drafts, {best_dyn["drafted_per_call"]:.2f} proposed per '
                 f'call: {saved:.2f} draft steps saved per call) runs '
                 f'{best_dyn["speedup"]:.2f}x; the best fixed gamma '

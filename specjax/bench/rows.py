@@ -140,7 +140,8 @@ def decode_fns(target, tp, draft, dp, gamma: int, sampling: SamplingConfig,
                max_decode_len: int, seed: int = 0, slots: Optional[int] = None, **rule):
   """(speculative, target alone): functions of one batch [B, S], or with `slots` of a
   stream of inputs [N, S] decoded through that many rows that refill as they finish.
-  `rule`: verification, draft_threshold, lenience of the speculative decode."""
+  `rule`: verification, draft_threshold, threshold_rule, lenience of the speculative
+  decode."""
   kw = dict(max_decode_len=max_decode_len, sampling=sampling, rng=jax.random.PRNGKey(seed),
             slots=slots)
   return (lambda x: api.speculative_decode(target, tp, draft, dp, x, gamma=gamma, **kw,
@@ -164,8 +165,8 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     repeats, cache_len: of the timed model-call loops (`timing.call_seconds`).
     slots: stream each of `batches` through this many rows that take the next input as
       they finish (refill); None: each batch is one decode of its B rows.
-    **rule: verification, draft_threshold, lenience of the speculative decode (as
-      `specjax.speculative_decode`).
+    **rule: verification, draft_threshold, threshold_rule, lenience of the speculative
+      decode (as `specjax.speculative_decode`).
 
   Returns:
     The row: alpha, tokens per call, tokens/s, speedups, the prediction, efficiency and

@@ -20,6 +20,7 @@ from specjax.core.sampling import SamplingConfig
 def variant_rows(target, tp, drafts: Dict[str, tuple], batches, *, gammas: Sequence[int],
                  temperatures: Sequence[float], verifications: Sequence[str],
                  thresholds: Sequence[float], threshold_gammas: Sequence[int], max_len: int,
+                 threshold_rules: Sequence[str] = ('token',),
                  seed: int = 0, rounds: int = 3, repeats: int = 32, cache_len: int = 64,
                  slots: Optional[int] = None) -> List[dict]:
   """Rows for every (draft, verification, gamma, temperature), then dynamic gamma.
@@ -34,10 +35,12 @@ def variant_rows(target, tp, drafts: Dict[str, tuple], batches, *, gammas: Seque
     thresholds: the confidence thresholds of the dynamic-gamma rows (at each of
       threshold_gammas).
     threshold_gammas: G of the dynamic-gamma rows (the most a row drafts).
+    threshold_rules: 'token' and/or 'cumulative' (`specjax.speculative_decode`).
     max_len, seed, rounds, repeats, cache_len, slots: as `rows.speculative_row`.
 
   Returns:
-    Bench rows, each with 'draft', 'verification' and 'draft_threshold' set.
+    Bench rows, each with 'draft', 'verification', 'draft_threshold' and 'threshold_rule'
+    set.
   """
   kw = dict(seed=seed, rounds=rounds, repeats=repeats, cache_len=cache_len, slots=slots)
   out = []
@@ -50,15 +53,20 @@ def variant_rows(target, tp, drafts: Dict[str, tuple], batches, *, gammas: Seque
         for gamma in gammas:
           row = bench_rows.speculative_row(target, tp, draft, dp, batches, gamma, sampling,
                                            max_len, verification=verification, **kw)
-          out.append(dict(row, draft=label, verification=verification, draft_threshold=0.0))
+          out.append(dict(row, draft=label, verification=verification, draft_threshold=0.0,
+                          threshold_rule=''))
           print(report.format_row(out[-1]), file=sys.stderr)
     label, (draft, dp) = next(iter(drafts.items()))
-    for gamma in threshold_gammas:
-      for threshold in thresholds:
-        row = bench_rows.speculative_row(target, tp, draft, dp, batches, gamma, sampling,
-                                         max_len, draft_threshold=threshold, **kw)
-        out.append(dict(row, draft=label, verification='token', draft_threshold=threshold))
-        print(report.format_row(out[-1]), file=sys.stderr)
+    for rule in threshold_rules:
+      for gamma in threshold_gammas:
+        for threshold in thresholds:
+          row = bench_rows.speculative_row(target, tp, draft, dp, batches, gamma, sampling,
+                                           max_len, draft_threshold=threshold,
+                                           threshold_rule=rule, **kw)
+          out.append(dict(row, draft=label, verification='token', draft_threshold=threshold,
+                          threshold_rule=rule))
+          print(report.format_row(out[-1]) + f'  threshold {threshold} ({rule})',
+                file=sys.stderr)
   return out
 
 

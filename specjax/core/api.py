@@ -71,19 +71,23 @@ def _device_defaults(num: int, setting: Optional[SamplingConfig]):
 
 
 VERIFICATIONS = ('token', 'block')
+THRESHOLD_RULES = ('token', 'cumulative')
 
 
 def check_rule(verification: str, draft_threshold: float, lenience: float,
-               greedy: bool) -> None:
+               greedy: bool, threshold_rule: str = 'token') -> None:
   """Checks the verification rule of a speculative decode.
 
   Raises:
-    ValueError: an unknown verification, a threshold outside [0, 1], a lenience outside
-      (0, 1], or a lenience with greedy decoding or block verification.
+    ValueError: an unknown verification or threshold rule, a threshold outside [0, 1], a
+      lenience outside (0, 1], or a lenience with greedy decoding or block verification.
   """
   if verification not in VERIFICATIONS:
     raise ValueError(f'verification must be one of {", ".join(VERIFICATIONS)}, got '
                      f'{verification!r}')
+  if threshold_rule not in THRESHOLD_RULES:
+    raise ValueError(f'the threshold rule must be one of {", ".join(THRESHOLD_RULES)}, got '
+                     f'{threshold_rule!r}')
   if not 0.0 <= draft_threshold <= 1.0:
     raise ValueError(f'the draft confidence threshold must be in [0, 1] (0 drafts gamma '
                      f'tokens always), got {draft_threshold}')
@@ -97,20 +101,20 @@ def check_rule(verification: str, draft_threshold: float, lenience: float,
 def loop_config(model, gamma: int, max_decode_len: int, params: SamplingParams,
                 eos_id: Optional[int] = None, pad_id: Optional[int] = None,
                 verification: str = 'token', draft_threshold: float = 0.0,
-                lenience: float = 1.0) -> LoopConfig:
+                lenience: float = 1.0, threshold_rule: str = 'token') -> LoopConfig:
   """The static config of a decode: eos and pad ids default to the ones the model declares.
 
   Raises:
-    ValueError: an unknown verification, a threshold outside [0, 1], a lenience outside
-      (0, 1], or a lenience with greedy decoding or block verification.
+    ValueError: an unknown verification or threshold rule, a threshold outside [0, 1], a
+      lenience outside (0, 1], or a lenience with greedy decoding or block verification.
   """
   mode = params.mode()
-  check_rule(verification, draft_threshold, lenience, mode.greedy)
+  check_rule(verification, draft_threshold, lenience, mode.greedy, threshold_rule)
   return LoopConfig(gamma=int(gamma), max_decode_len=int(max_decode_len), sampling=mode,
                     eos_id=getattr(model, 'eos_id', 1) if eos_id is None else eos_id,
                     pad_id=getattr(model, 'pad_id', 0) if pad_id is None else pad_id,
                     verification=verification, draft_threshold=float(draft_threshold),
-                    lenience=float(lenience))
+                    threshold_rule=threshold_rule, lenience=float(lenience))
 
 
 def _decoder(target, draft, gamma, max_decode_len, params: SamplingParams, eos_id, pad_id,
@@ -127,7 +131,7 @@ def decoder_of(target, draft, *, gamma: int, max_decode_len: int, sampling: Samp
                **rule) -> decoder_lib.Decoder:
   """The Decoder that a decode of `rows` inputs with these arguments runs (built once and
   kept): its `traces` tell how often its programs were traced. `rule`: verification,
-  draft_threshold, lenience (as `speculative_decode`)."""
+  draft_threshold, threshold_rule, lenience (as `speculative_decode`)."""
   return _decoder(target, draft, gamma, max_decode_len, SamplingParams.of(sampling, rows),
                   eos_id, pad_id, mesh, rules, slots, **rule)
 
@@ -162,7 +166,8 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
                        pad_id: Optional[int] = None, mesh=None, rules=None,
                        slots: Optional[int] = None, num_inputs: Optional[int] = None,
                        row_ids=None, verification: str = 'token',
-                       draft_threshold: float = 0.0, lenience: float = 1.0) -> DecodeOutput:
+                       draft_threshold: float = 0.0, lenience: float = 1.0,
+                       threshold_rule: str = 'token') -> DecodeOutput:
   """Decodes with the target's exact output distribution, G draft tokens per target call.
 
   Args:
@@ -197,12 +202,17 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
     verification: 'token', the paper's rule, or 'block', block verification (the draft
       verified as a whole: exact too, and at least as many tokens per call in
       expectation); the same for greedy rows.
-    draft_threshold: per-row dynamic gamma: a row stops proposing at its first draft token
-      whose confidence (the draft's largest probability) is below it, and the draft steps
-      end once every row has (exact: the rule reads the draft only); 0 drafts G always.
+    draft_threshold: per-row dynamic gamma: a row stops proposing once its confidence is
+      below it (see threshold_rule), the draft steps end once every row has, and the verify
+      call scores only as far as the longest proposal (exact: the rule reads the draft
+      only); 0 drafts G always.
     lenience: l in (0, 1], sampled decoding with the token rule only: accept when
       r * l * q(x) < p(x) (the paper's appendix F). Below 1 the output is NOT the
       target's distribution any more; faster, lossy.
+    threshold_rule: 'token', each draft token's own confidence (the draft's largest
+      probability) against draft_threshold, or 'cumulative', the product of the row's
+      confidences so far (the draft's estimate that all it proposed is accepted), which
+      drafts on through runs of sure tokens and stops sooner after unsure ones.
 
   Returns:
     DecodeOutput(tokens [N, L], lengths [N], stats, iterations): greedy output equals the
@@ -214,7 +224,8 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
                 max_decode_len=max_decode_len, sampling=sampling, rng=rng, eos_id=eos_id,
                 pad_id=pad_id, mesh=mesh, rules=rules, slots=slots, num_inputs=num_inputs,
                 row_ids=row_ids, verification=verification,
-                draft_threshold=draft_threshold, lenience=lenience)
+                draft_threshold=draft_threshold, lenience=lenience,
+                threshold_rule=threshold_rule)
 
 
 def autoregressive_decode(target, target_params, inputs, *, max_decode_len: int,

@@ -28,8 +28,12 @@ class LoopConfig:
     verification: 'token' (the paper's token-by-token rule) or 'block' (block
       verification: the draft verified as a whole, at least as many tokens accepted in
       expectation); both exact, and identical for greedy rows.
-    draft_threshold: per-row dynamic gamma: a row stops proposing at its first draft token
-      whose confidence (the draft's largest probability) is under it; 0 drafts G always.
+    draft_threshold: per-row dynamic gamma: a row stops proposing once its confidence
+      falls under it (see threshold_rule); 0 drafts G always.
+    threshold_rule: what the threshold is compared with: 'token', each draft token's own
+      confidence (the draft's largest probability, as Hugging Face's
+      assistant_confidence_threshold), or 'cumulative', the product of the row's
+      confidences so far (the draft's estimate that every token it proposed is accepted).
     lenience: l in (0, 1]: accept when r * l * q(x) < p(x) (the paper's appendix F); 1 is
       exact, below 1 sampled outputs are no longer the target's.
   """
@@ -41,6 +45,7 @@ class LoopConfig:
   pad_id: int = 0
   verification: str = 'token'
   draft_threshold: float = 0.0
+  threshold_rule: str = 'token'
   lenience: float = 1.0
 
   def width(self, prompt_width: int) -> int:

@@ -99,9 +99,10 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
 
   The first step feeds two tokens (positions pos-1 and pos) so that the draft cache catches
   up after a fully accepted block, whose last draft token it never saw. With
-  cfg.draft_threshold > 0 a row stops proposing at its first token whose confidence (the
-  draft's largest probability) is under the threshold (it proposes the first token always),
-  and the steps stop once every row has: the verify call then scores as many positions as
+  cfg.draft_threshold > 0 a row stops proposing at its first token whose confidence is
+  under the threshold (the draft's largest probability for the token, or with
+  cfg.threshold_rule 'cumulative' its product over the row's proposals so far; the first
+  token is proposed always), and the steps stop once every row has: the verify call then scores as many positions as
   the longest proposal (`verify_proposed`), each row uses its own count. The stopping rule
   reads the draft only, so the output stays exact.
 
@@ -148,7 +149,9 @@ def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
   greedy, gamma, batch = cfg.sampling.greedy, cfg.gamma, pos.shape[0]
   x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(first.x)
   q = None if greedy else jnp.zeros((batch, gamma) + first.q.shape[1:]).at[:, 0].set(first.q)
-  sure = first.confidence >= cfg.draft_threshold  # [B]: still drafting
+  cumulative = cfg.threshold_rule == 'cumulative'
+  confidence = first.confidence  # [B]: the token's own, or the product so far
+  sure = confidence >= cfg.draft_threshold  # [B]: still drafting
   drafted = jnp.ones((batch,), jnp.int32)
   going = sure if active is None else sure & active  # what keeps the steps running
 
@@ -156,16 +159,19 @@ def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
     return (c[0] < gamma) & jnp.any(c[7])
 
   def body(c):
-    i, cache, token, bad, x, q, sure, going, drafted = c
+    i, cache, token, bad, x, q, sure, going, drafted, confidence = c
     d = draft_step(draft, cache, token, pos + i, None if greedy else keys[i], params, cfg)
     x = x.at[:, i].set(d.x)
     q = None if greedy else q.at[:, i].set(d.q)
-    sure = sure & (d.confidence >= cfg.draft_threshold)
+    confidence = confidence * d.confidence if cumulative else d.confidence
+    sure = sure & (confidence >= cfg.draft_threshold)
     going = going & sure
-    return (i + 1, d.cache, d.x, bad | d.nonfinite, x, q, sure, going, drafted + sure)
+    return (i + 1, d.cache, d.x, bad | d.nonfinite, x, q, sure, going, drafted + sure,
+            confidence)
 
-  carry = (jnp.int32(1), first.cache, first.x, first.nonfinite, x, q, sure, going, drafted)
-  _, cache, _, bad, x, q, _, _, drafted = jax.lax.while_loop(cond, body, carry)
+  carry = (jnp.int32(1), first.cache, first.x, first.nonfinite, x, q, sure, going, drafted,
+           confidence)
+  _, cache, _, bad, x, q, _, _, drafted, _ = jax.lax.while_loop(cond, body, carry)
   return Drafted(x, q, cache, bad, drafted)
 
 

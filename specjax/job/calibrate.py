@@ -60,7 +60,7 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     probe: [U, S] the inputs the decodes are timed on (default `inputs`).
     slots: decode the probe through this many refilling rows, as the run does.
     passes: timed passes of each decode (each keeps its fastest).
-    **rule: verification, draft_threshold, lenience, as the run.
+    **rule: verification, draft_threshold, threshold_rule, lenience, as the run.
 
   Returns:
     (gamma, reason, costs): the chosen gamma (0: the target alone), a one-line explanation

@@ -51,6 +51,7 @@ class DecodeJob:
   gamma: object = 'auto'  # an int >= 1, or 'auto' (which may pick 0: the target alone)
   verification: str = 'token'  # or 'block' (specjax.core.api.speculative_decode)
   draft_threshold: float = 0.0  # per-row dynamic gamma; 0 drafts gamma tokens always
+  threshold_rule: str = 'token'  # or 'cumulative' (api.speculative_decode)
   lenience: float = 1.0  # < 1 accepts more sampled drafts: lossy
   temperature: float = 0.0
   top_k: int = 0
@@ -105,7 +106,8 @@ def run(job: DecodeJob, on_record: Optional[Callable[[dict], None]] = None,
     raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), got '
                      f'{job.gamma!r}; or --gamma auto, which may pick 0 (the target alone)')
   sampling = SamplingConfig(job.temperature, job.top_k, job.top_p)
-  api.check_rule(job.verification, job.draft_threshold, job.lenience, sampling.greedy)
+  api.check_rule(job.verification, job.draft_threshold, job.lenience, sampling.greedy,
+                 job.threshold_rule)
   mesh = job_mesh(job)
   if mesh is not None:
     axis_rules.check_batch(job.batch_size, mesh)  # before loading anything big
@@ -232,7 +234,7 @@ def _decoders(job: DecodeJob, target, tp, draft, dp, sampling, mesh, refill: boo
 def _rule(job: DecodeJob) -> dict:
   """The verification rule of `job`, as speculative_decode's keyword arguments."""
   return dict(verification=job.verification, draft_threshold=job.draft_threshold,
-              lenience=job.lenience)
+              threshold_rule=job.threshold_rule, lenience=job.lenience)
 
 
 def _progress(total: int, done: int, enabled: bool):

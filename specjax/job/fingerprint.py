@@ -52,7 +52,8 @@ def run_fingerprint(job, target, tp, draft, dp, input_sha256: str, prefix: str,
                         job.truncate_inputs],
       'sampling': [job.temperature, job.top_k, job.top_p],
       'seed and gamma': [job.seed, job.gamma] if sampled else None,
-      'verification': ([job.verification, job.draft_threshold, job.lenience] if sampled
+      'verification': ([job.verification, job.draft_threshold, job.threshold_rule, job.lenience]
+                       if sampled
                        else None),
       'max_decode_len': job.max_decode_len,
       'dtypes': [job.dtype, job.param_dtype],
