@@ -309,8 +309,8 @@ def test_quick_bench_with_refill(tmp_path):
 def test_quick_bench_rows_beyond_the_draft_model(tmp_path):
   out, md = tmp_path / 'b.json', tmp_path / 'b.md'
   assert cli.main(['--quick', '--drafts', 'copy', '--verifications', 'token,block',
-                   '--variant-gammas', '2', '--thresholds', '0.5', '--threshold-gamma', '2,3',
-                   '--threshold-rules', 'token,cumulative',
+                   '--variant-gammas', '2', '--thresholds', '0.5', '--threshold-gamma', '3',
+                   '--threshold-rules', 'cumulative',
                    '--rounds', '1', '--json', str(out), '--markdown', str(md)]) == 0
   result = json.loads(out.read_text())
   variants = result['variants']
@@ -320,8 +320,7 @@ def test_quick_bench_rows_beyond_the_draft_model(tmp_path):
   assert ('copy', 'block', 0.0, 0.0) not in kinds  # greedy block rows are the token rule's
   dynamic = {(r['threshold_rule'], r['gamma'], r['temperature']) for r in variants
              if r['draft_threshold'] > 0}
-  assert dynamic == {(rule, g, t) for rule in ('token', 'cumulative') for g in (2, 3)
-                     for t in (0.0, 1.0)}
+  assert dynamic == {('cumulative', 3, t) for t in (0.0, 1.0)}
   for r in variants:
     if r['temperature'] == 0.0:
       assert r['identical_to_target'] is True
