@@ -151,27 +151,26 @@ def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
   q = None if greedy else jnp.zeros((batch, gamma) + first.q.shape[1:]).at[:, 0].set(first.q)
   cumulative = cfg.threshold_rule == 'cumulative'
   confidence = first.confidence  # [B]: the token's own, or the product so far
-  sure = confidence >= cfg.draft_threshold  # [B]: still drafting
+  sure = confidence >= cfg.draft_threshold  # [B]: still drafting (finished rows do not)
+  sure = sure if active is None else sure & active
   drafted = jnp.ones((batch,), jnp.int32)
-  going = sure if active is None else sure & active  # what keeps the steps running
 
   def cond(c):
-    return (c[0] < gamma) & jnp.any(c[7])
+    return (c[0] < gamma) & jnp.any(c[6])
 
   def body(c):
-    i, cache, token, bad, x, q, sure, going, drafted, confidence = c
+    i, cache, token, bad, x, q, sure, drafted, confidence = c
     d = draft_step(draft, cache, token, pos + i, None if greedy else keys[i], params, cfg)
     x = x.at[:, i].set(d.x)
     q = None if greedy else q.at[:, i].set(d.q)
     confidence = confidence * d.confidence if cumulative else d.confidence
     sure = sure & (confidence >= cfg.draft_threshold)
-    going = going & sure
-    return (i + 1, d.cache, d.x, bad | d.nonfinite, x, q, sure, going, drafted + sure,
+    return (i + 1, d.cache, d.x, bad | d.nonfinite, x, q, sure, drafted + sure,
             confidence)
 
-  carry = (jnp.int32(1), first.cache, first.x, first.nonfinite, x, q, sure, going, drafted,
+  carry = (jnp.int32(1), first.cache, first.x, first.nonfinite, x, q, sure, drafted,
            confidence)
-  _, cache, _, bad, x, q, _, _, drafted, _ = jax.lax.while_loop(cond, body, carry)
+  _, cache, _, bad, x, q, _, drafted, _ = jax.lax.while_loop(cond, body, carry)
   return Drafted(x, q, cache, bad, drafted)
 
 
@@ -225,7 +224,7 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   x, drafted = d.x, d.confidence  # [B, G], [B]: each row's own count of proposals
   last = gather_rows(state.seq, state.pos)
   if cfg.draft_threshold > 0.0 and g > 1:  # score only as far as the longest proposal
-    longest = jnp.max(jnp.where(state.done, 1, drafted))
+    longest = jnp.max(drafted)  # finished rows propose 1
     logits, target_cache = verify_proposed(target, state.target_cache, last, x, state.pos,
                                            longest)  # [B, G+1, V]
   else:
