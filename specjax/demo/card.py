@@ -210,9 +210,9 @@ def write_card(args, r) -> str:
       '',
       'alpha: mean of beta = sum_x min(p(x), q(x)) (1 or 0 when greedy) over the draft '
       'positions the target verified on the output\'s own prefix: up to the first rejection '
-      'and not past EOS; acceptance rate: accepted / drafted tokens, drafts past EOS '
-      'included; tokens per target call: (accepted + calls) / calls, before truncation at '
-      'EOS.',
+      'and not past EOS; acceptance rate: accepted draft tokens in the output / those '
+      'verified positions; tokens per target call: output tokens (EOS included) / per-row '
+      'target calls (`specjax.core.figures`).',
       '',
       *speculative_lines(r, counts['test']),
       '',

@@ -19,6 +19,7 @@ from specjax.core.sampling import SamplingConfig
 from specjax.job import task_data
 from specjax.job.decode_job import DecodeJob
 from specjax.job.pair import load_pair
+from specjax.job.totals import Totals
 
 
 def _batched(inputs: np.ndarray, size: int):
@@ -32,13 +33,12 @@ def _batched(inputs: np.ndarray, size: int):
     yield rows, real
 
 
-class _Run:
+class Predictor:
   """A predict function for seqio.Evaluator around one decode, with its totals."""
 
   def __init__(self, decode: Callable, batch_size: int):
     self.decode, self.batch_size = decode, batch_size
-    self.seconds, self.tokens, self.calls, self.accepted = 0.0, 0, 0, 0
-    self.beta_sum, self.beta_count = 0.0, 0
+    self.totals = Totals()
     self.examples = 0
 
   def __call__(self, dataset, model_feature_shapes=None):
@@ -55,21 +55,19 @@ class _Run:
                                    _batched(inputs, self.batch_size)):
       begin = time.perf_counter()
       out = jax.block_until_ready(self.decode(rows, length, start, real))
-      self.seconds += time.perf_counter() - begin
-      s = jax.tree.map(lambda a: np.asarray(a)[:real], out.stats)
-      self.tokens += int(np.asarray(out.lengths)[:real].sum())
-      self.calls += int(s.target_calls.sum())
-      self.accepted += int(s.accepted.sum())
-      self.beta_sum += float(s.beta_sum.sum())
-      self.beta_count += int(s.beta_count.sum())
+      seconds = time.perf_counter() - begin
+      self.totals.add(jax.tree.map(lambda a: np.asarray(a)[:real], out.stats),
+                      out.iterations, seconds)
       outputs.extend(np.asarray(out.tokens)[:real].tolist())
     return list(zip(indices, outputs))
 
   def summary(self) -> dict:
-    return dict(seconds=self.seconds, tokens=self.tokens, target_calls=self.calls,
-                tokens_per_second=self.tokens / max(self.seconds, 1e-9),
-                alpha=self.beta_sum / max(self.beta_count, 1),
-                tokens_per_call=(self.accepted + self.calls) / max(self.calls, 1))
+    """seconds, tokens, target_calls, tokens_per_second, alpha and tokens_per_call (generated
+    tokens per per-row target call), as the CLI's summary (`Totals.summary`)."""
+    s = self.totals.summary(compare=False)
+    return dict(seconds=s['seconds'], tokens=s['generated_tokens'],
+                target_calls=s['target_calls'], tokens_per_second=s['tokens_per_second'],
+                alpha=s['alpha'], tokens_per_call=s['tokens_per_call'])
 
 
 def evaluate(job: DecodeJob, max_examples: Optional[int] = None) -> Dict[str, object]:
@@ -103,10 +101,10 @@ def evaluate(job: DecodeJob, max_examples: Optional[int] = None) -> Dict[str, ob
   ids = lambda start: np.arange(start, start + job.batch_size, dtype=np.int32)
   kw = dict(sampling=sampling, rng=rng)
   runs = {
-      'speculative': _Run(lambda x, n, start, real: api.speculative_decode(
+      'speculative': Predictor(lambda x, n, start, real: api.speculative_decode(
           target, tp, draft, dp, x, gamma=job.gamma, max_decode_len=n, row_ids=ids(start),
           num_inputs=real, **kw), job.batch_size),
-      'target': _Run(lambda x, n, start, real: api.autoregressive_decode(
+      'target': Predictor(lambda x, n, start, real: api.autoregressive_decode(
           target, tp, x, max_decode_len=n, row_ids=ids(start), num_inputs=real, **kw),
           job.batch_size)}
   evaluator = seqio.Evaluator(

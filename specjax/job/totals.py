@@ -11,14 +11,18 @@ from typing import Optional
 
 import numpy as np
 
+from specjax.core.figures import decode_figures
+
 
 @dataclasses.dataclass
 class Totals:
-  """Sums over the decoded inputs (speculative, and the target alone when compared)."""
+  """Sums over the decoded inputs (speculative, and the target alone when compared): the
+  `DecodeStats` counters summed over rows and calls, under their names, so that
+  `decode_figures` reduces them like a decode's own."""
 
   seconds: float = 0.0
-  tokens: int = 0
-  row_calls: int = 0
+  generated: int = 0
+  target_calls: int = 0
   batched_calls: int = 0
   accepted: int = 0
   drafted: int = 0
@@ -31,8 +35,8 @@ class Totals:
   def add(self, stats, iterations, seconds: float) -> None:
     """Adds one decode call: stats of its real rows (numpy), its loop iterations."""
     self.seconds += seconds
-    self.tokens += int(stats.generated.sum())
-    self.row_calls += int(stats.target_calls.sum())
+    self.generated += int(stats.generated.sum())
+    self.target_calls += int(stats.target_calls.sum())
     self.batched_calls += int(iterations)
     self.accepted += int(stats.accepted.sum())
     self.drafted += int(stats.drafted.sum())
@@ -50,16 +54,16 @@ class Totals:
     speedup = None
     if compare and self.base_seconds > 0:
       # A ratio of tokens per second: sampled outputs of the two decodes differ in length.
-      speedup = (self.tokens * self.base_seconds
+      speedup = (self.generated * self.base_seconds
                  / max(self.base_tokens * self.seconds, 1e-12))
+    f = decode_figures(self)
     return dict(
-        alpha=self.beta_sum / max(self.beta_count, 1),
-        acceptance_rate=self.accepted / max(self.beta_count, 1),
-        tokens_per_call=self.tokens / max(self.row_calls, 1),
-        target_calls=self.row_calls, batched_target_calls=self.batched_calls,
-        generated_tokens=self.tokens, drafted_tokens=self.drafted,
+        alpha=float(f.alpha), acceptance_rate=float(f.acceptance_rate),
+        tokens_per_call=float(f.tokens_per_call),
+        target_calls=self.target_calls, batched_target_calls=self.batched_calls,
+        generated_tokens=self.generated, drafted_tokens=self.drafted,
         accepted_tokens=self.accepted,
-        tokens_per_second=self.tokens / max(self.seconds, 1e-9), seconds=self.seconds,
+        tokens_per_second=self.generated / max(self.seconds, 1e-9), seconds=self.seconds,
         baseline_tokens=self.base_tokens if compare else None,
         baseline_tokens_per_second=(self.base_tokens / self.base_seconds
                                     if compare and self.base_seconds > 0 else None),
