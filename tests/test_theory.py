@@ -12,7 +12,7 @@ from specjax.models.markov import MarkovModel
 def test_formulas_match_paper_numbers():
   assert theory.expected_tokens_per_call(0.0, 5) == pytest.approx(1.0)
   assert theory.expected_tokens_per_call(1.0, 5) == pytest.approx(6.0)
-  # zero-cost draft, alpha 0.9, gamma 10: 6.86x (PAPER.md)
+  # zero-cost draft, alpha 0.9, gamma 10: 6.86x (docs/algorithm.md)
   assert theory.speedup(0.9, 10, c=0.0) == pytest.approx(6.86, abs=0.01)
   # the best gamma shrinks as the draft gets dearer (alpha 0.6)
   assert [theory.best_gamma(0.6, c) for c in (0.05, 0.1, 0.2, 0.3)] == [4, 3, 2, 1]

@@ -6,7 +6,7 @@ from typing import Dict, List, Optional
 
 from specjax.speed.paper import TABLE2, TASKS as PAPER_TASKS
 
-# What PAPER.md gives of the paper's bigram draft (no task named there).
+# The paper's bigram draft (docs/algorithm.md; the paper names no task for it).
 PAPER_BIGRAM = {'alpha': 0.2, 'speedup': 1.25}
 _TITLES = {'ende': 'EnDe (gettext messages)', 'manpages': 'man-page summaries',
            'summarize': 'summaries', 'cnndm': 'CNN/DM'}

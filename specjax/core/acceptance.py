@@ -1,4 +1,4 @@
-"""The vectorised accept / correct step of speculative sampling (PAPER.md, steps 3-5).
+"""The vectorised accept / correct step of speculative sampling (docs/algorithm.md, steps 3-5).
 
 For draft tokens x_1..x_G drawn from q_1..q_G and target distributions p_1..p_{G+1}:
 accept x_i while r_i * q_i(x_i) < p_i(x_i) (r_i uniform in [0, 1), so with probability
@@ -103,7 +103,7 @@ def accept(p: jax.Array, q: jax.Array, x: jax.Array, keys: jax.Array,
     q: [B, G, V] float32, the warped draft distributions x was drawn from.
     x: [B, G] int32, the draft tokens.
     keys: [B, ...] one PRNG key per row.
-    q_scale: lenience l in (0, 1] (PAPER.md, appendix F): accept when r * l * q(x) < p(x);
+    q_scale: lenience l in (0, 1] (docs/algorithm.md, lenience): accept when r * l * q(x) < p(x);
       1 is exact, below 1 the output is no longer the target's.
     drafted: [B] int32, how many of the G tokens each row proposes (default all): the row
       accepts at most that many, and after all of them draws from p itself.

@@ -1,4 +1,5 @@
-"""The paper's formulas: tokens per target call, walltime speedup, best gamma (PAPER.md).
+"""The paper's formulas: tokens per target call, walltime speedup, best gamma
+(docs/algorithm.md).
 
 alpha is the acceptance rate E[beta], c the draft step cost over the target step cost,
 and v(K) the cost of a K-token target call over a 1-token call (1 in the paper's ideal).

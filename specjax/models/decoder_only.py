@@ -17,7 +17,7 @@ from specjax.models import base
 
 @dataclasses.dataclass(frozen=True)
 class DecoderOnlyConfig:
-  """Sizes of a decoder-only transformer (letters of STYLE.md)."""
+  """Sizes of a decoder-only transformer (letters of docs/design.md)."""
 
   vocab_size: int = 32
   emb_dim: int = 16  # D
@@ -39,7 +39,7 @@ def _rms_norm(x, scale):
 
 @dataclasses.dataclass(frozen=True)
 class DecoderOnlyTransformer:
-  """The model contract of DESIGN.md for a small GPT-style transformer."""
+  """The model contract of `base.py` for a small GPT-style transformer."""
 
   config: DecoderOnlyConfig
 

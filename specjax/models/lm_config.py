@@ -2,7 +2,7 @@
 
 One frozen dataclass describes both families; `family` decides the block: 'llama' is
 RMSNorm, rotary positions, SwiGLU and grouped-query attention, 'gpt2' is LayerNorm with
-biases, learned absolute positions, a GELU MLP and biased projections. Letters of STYLE.md:
+biases, learned absolute positions, a GELU MLP and biased projections. Letters of docs/design.md:
 V vocab, D model dim, N query heads, M KV heads, H head dim, F mlp dim, L layers.
 """
 from __future__ import annotations

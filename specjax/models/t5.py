@@ -41,7 +41,7 @@ def _is_spec(x) -> bool:
 
 
 def _param_specs(cfg: T5Config) -> PyTree:
-  """The whole T5X parameter tree as _ParamSpec leaves (T5X_NOTES 3.3)."""
+  """The whole T5X parameter tree as _ParamSpec leaves (docs/t5x_contracts.md)."""
   d, nh, f, v = cfg.emb_dim, cfg.num_heads * cfg.head_dim, cfg.mlp_dim, cfg.vocab_size
   fan_in_normal = _init.variance_scaling(1.0, 'fan_in', 'normal')
   # T5X divides the query init by sqrt(head_dim) instead of scaling scores at runtime.
