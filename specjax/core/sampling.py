@@ -1,9 +1,9 @@
 """Logits -> the warped distribution that tokens are drawn from, per row.
 
 Target and draft are warped by the same function (temperature, then top-k, then top-p),
-so speculative sampling is exact for the warped target distribution (PAPER.md). Each row
-has its own settings (`SamplingParams`, traced arrays: one compiled program serves any
-values); only `SamplingMode` (every row greedy or not, and whether any row uses top-k or
+so speculative sampling is exact for the warped target distribution (docs/algorithm.md).
+Each row has its own settings (`SamplingParams`, traced arrays: one compiled program serves
+any values); only `SamplingMode` (every row greedy or not, and whether any row uses top-k or
 top-p at all) is static. Shape letters: B rows, V vocab.
 """
 from __future__ import annotations
@@ -44,6 +44,10 @@ class SamplingConfig:
                        f'got {self.top_k}')
     if not 0.0 < self.top_p <= 1.0:
       raise ValueError(f'top_p must be in (0, 1] (1 keeps all), got {self.top_p}')
+
+  def probs(self, logits: jax.Array) -> jax.Array:
+    """Logits [..., V] warped by this setting (`warp_all`): [..., V] probabilities."""
+    return warp_all(logits, self)
 
 
 @dataclasses.dataclass(frozen=True)

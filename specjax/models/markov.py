@@ -64,8 +64,9 @@ class MarkovModel:
 
     Args:
       params: the chain's params.
-      sampling_config: a `specjax.core.sampling.SamplingConfig`.
+      sampling_config: a sampling setting with `probs(logits)`, the warped distribution
+        (`specjax.core.sampling.SamplingConfig`): the warp belongs to the decode, not to
+        the model.
     """
-    from specjax.core import sampling  # pylint: disable=import-outside-toplevel
-    return np.asarray(sampling.warp_all(params['logits'], sampling_config), np.float64)
+    return np.asarray(sampling_config.probs(params['logits']), np.float64)
 
