@@ -3,8 +3,8 @@
 Compiles the real sharded decode (target t5_xxl, draft t5_small, gamma 7, bfloat16
 activations) for each mesh, batch and decode length against shapes only, on simulated
 CPU devices and, with `--tpu`, for compile-only TPU v4 chips (libtpu), and writes the
-tables to docs/scale.md (see `memory_plan.py`). The full grid with --tpu takes about an
-hour on two CPU cores; `--quick` plans 1 and 4 chips at B 1 and 8, L 128 only.
+tables to docs/scale.md (see `specjax/speed/memory_plan.py`). The full grid with --tpu takes
+about an hour on two CPU cores; `--quick` plans 1 and 4 chips at B 1 and 8, L 128 only.
 
 `--speed` predicts TPU v4 speed instead: the roofline of the same programs' cost
 analysis, the paper's Table 2 predicted beside measured (docs/tpu_speed.md, see
@@ -38,9 +38,9 @@ import jax
 jax.config.update('jax_platforms', 'cpu')  # plan on the host even on a TPU VM
 
 from specjax import plan_sections  # pylint: disable=wrong-import-position
-from specjax.parallel import memory_plan
 from specjax.parallel import mesh as mesh_lib
 from specjax.parallel import rules as axis_rules
+from specjax.speed import memory_plan
 from specjax.models.lm_config import LM_CONFIGS
 from specjax.models.t5_config import T5_CONFIGS
 

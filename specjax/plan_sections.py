@@ -13,8 +13,8 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from specjax.parallel import memory_plan
 from specjax.parallel import mesh as mesh_lib
+from specjax.speed import memory_plan
 
 LM_GAMMA = 5
 LM_PROMPT = 512

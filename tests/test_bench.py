@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from specjax.bench import cli, decodes, report, rows, timing
+from specjax.bench import cli, decodes, report, rows
 from specjax.core import theory
+from specjax.speed import timing
 
 
 def test_score_on_hand_made_timings():

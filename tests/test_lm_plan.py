@@ -5,9 +5,9 @@ import jax
 from specjax import plan_sections
 from specjax.models.lm import CausalLM
 from specjax.models.lm_config import llama_tiny, llama_tiny_draft
-from specjax.parallel import memory_plan
 from specjax.parallel import mesh as mesh_lib
 from specjax.parallel import rules as axis_rules
+from specjax.speed import memory_plan
 
 
 def test_memory_plan_of_a_tiny_llama_pair():

@@ -22,13 +22,14 @@ import sys
 import jax
 import numpy as np
 
-from specjax.bench import paper_report, paper_table, peers, report, timing, variants
+from specjax.bench import paper_report, paper_table, peers, report, variants
 from specjax.bench import rows as bench_rows
 from specjax.job.inputs import pad_to_bucket, tokenize
 from specjax.checkpoints.registry import bundled
 from specjax.job.decode_job import DecodeJob, load_pair
 from specjax.job.drafts import resolve_draft
 from specjax.core.sampling import SamplingConfig
+from specjax.speed import timing
 
 
 

@@ -1,2 +1,1 @@
-"""Meshes, T5X logical axis rules, the shardings of params, caches and state, and the
-ahead-of-time memory plan."""
+"""Meshes, T5X logical axis rules, and the shardings of params, caches and state."""

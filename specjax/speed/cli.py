@@ -109,7 +109,7 @@ class Backend:
           raise ValueError('the CPU backend plans one device only; drop --cpu for v4-8')
         self._meshes[chips] = programs.one_device_mesh(jax.devices('cpu')[0])
       else:
-        from specjax.parallel import memory_plan  # pylint: disable=import-outside-toplevel
+        from specjax.speed import memory_plan  # pylint: disable=import-outside-toplevel
         cores = memory_plan.tpu_v4_mesh(max(chips, 1))
         self._meshes[chips] = (programs.one_device_mesh(cores.devices.flat[0]) if chips == 1
                                else cores)

@@ -197,7 +197,7 @@ def params_bytes(params) -> int:
 
 def step_costs(target, tp, draft, dp, inputs, max_k: int, rounds: int = 3,
                **kw) -> Dict[str, object]:
-  """The cost model of PAPER.md measured on this machine.
+  """The cost model of docs/algorithm.md measured on this machine.
 
   Every call size is timed once per round, the rounds one after the other, and each
   keeps its fastest round: a slow spell of the machine then spoils no single ratio.
