@@ -35,7 +35,7 @@ def prefill_seconds(target, tp, draft, dp, batches: Sequence[np.ndarray], gamma:
   def run(x):
     num = len(x)
     params = SamplingParams.of(SamplingConfig(), num)
-    cfg = api.loop_config(target, gamma, max_decode_len, params)
+    cfg = api.loop_config(target, gamma, max_decode_len, params.mode())
     start = decoder.build(target, draft, cfg, slots).start_program()
     return start(tp, dp if draft is not None else {}, jnp.asarray(x, jnp.int32),
                  jnp.int32(num), jnp.arange(num, dtype=jnp.int32), jax.random.PRNGKey(0),

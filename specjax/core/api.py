@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.core import decoder as decoder_lib
-from specjax.core.sampling import SamplingConfig, SamplingParams
+from specjax.core.rule import VerificationRule
+from specjax.core.sampling import SamplingConfig, SamplingMode, SamplingParams
 from specjax.core.state import DecodeOutput, LoopConfig
 from specjax.parallel import rules as axis_rules
 
@@ -70,56 +71,40 @@ def _device_defaults(num: int, setting: Optional[SamplingConfig]):
   return jnp.arange(num, dtype=jnp.int32), jnp.asarray(num, jnp.int32), sampling
 
 
-VERIFICATIONS = ('token', 'block')
-THRESHOLD_RULES = ('token', 'cumulative')
-
-
 def check_rule(verification: str, draft_threshold: float, lenience: float,
                greedy: bool, threshold_rule: str = 'token') -> None:
-  """Checks the verification rule of a speculative decode.
+  """Checks the verification rule of a speculative decode (`VerificationRule.checked`).
 
   Raises:
     ValueError: an unknown verification or threshold rule, a threshold outside [0, 1], a
       lenience outside (0, 1], or a lenience with greedy decoding or block verification.
   """
-  if verification not in VERIFICATIONS:
-    raise ValueError(f'verification must be one of {", ".join(VERIFICATIONS)}, got '
-                     f'{verification!r}')
-  if threshold_rule not in THRESHOLD_RULES:
-    raise ValueError(f'the threshold rule must be one of {", ".join(THRESHOLD_RULES)}, got '
-                     f'{threshold_rule!r}')
-  if not 0.0 <= draft_threshold <= 1.0:
-    raise ValueError(f'the draft confidence threshold must be in [0, 1] (0 drafts gamma '
-                     f'tokens always), got {draft_threshold}')
-  if not 0.0 < lenience <= 1.0:
-    raise ValueError(f'lenience must be in (0, 1] (1 is exact), got {lenience}')
-  if lenience < 1.0 and (greedy or verification == 'block'):
-    raise ValueError('lenience changes the token rule of sampled decoding only; pass a '
-                     'temperature > 0 and token verification, or lenience 1')
+  VerificationRule(verification, draft_threshold, threshold_rule, lenience).checked(greedy)
 
 
-def loop_config(model, gamma: int, max_decode_len: int, params: SamplingParams,
+def loop_config(model, gamma: int, max_decode_len: int, mode: SamplingMode,
                 eos_id: Optional[int] = None, pad_id: Optional[int] = None,
                 verification: str = 'token', draft_threshold: float = 0.0,
                 lenience: float = 1.0, threshold_rule: str = 'token') -> LoopConfig:
-  """The static config of a decode: eos and pad ids default to the ones the model declares.
+  """The static config of a decode, for every route (`decode` here, `traced_decode`).
+
+  Eos and pad ids default to the ones the model declares; the verification rule is
+  checked against the static sampling mode.
 
   Raises:
     ValueError: an unknown verification or threshold rule, a threshold outside [0, 1], a
       lenience outside (0, 1], or a lenience with greedy decoding or block verification.
   """
-  mode = params.mode()
-  check_rule(verification, draft_threshold, lenience, mode.greedy, threshold_rule)
+  rule = VerificationRule(verification, draft_threshold, threshold_rule, lenience)
   return LoopConfig(gamma=int(gamma), max_decode_len=int(max_decode_len), sampling=mode,
-                    eos_id=getattr(model, 'eos_id', 1) if eos_id is None else eos_id,
-                    pad_id=getattr(model, 'pad_id', 0) if pad_id is None else pad_id,
-                    verification=verification, draft_threshold=float(draft_threshold),
-                    threshold_rule=threshold_rule, lenience=float(lenience))
+                    eos_id=int(getattr(model, 'eos_id', 1) if eos_id is None else eos_id),
+                    pad_id=int(getattr(model, 'pad_id', 0) if pad_id is None else pad_id),
+                    rule=rule.checked(mode.greedy))
 
 
 def _decoder(target, draft, gamma, max_decode_len, params: SamplingParams, eos_id, pad_id,
              mesh, rules, slots, **rule) -> decoder_lib.Decoder:
-  cfg = loop_config(target, gamma, max_decode_len, params, eos_id, pad_id, **rule)
+  cfg = loop_config(target, gamma, max_decode_len, params.mode(), eos_id, pad_id, **rule)
   rules = axis_rules.STANDARD_RULES if rules is None else tuple(rules)
   return decoder_lib.build(target, draft, cfg, None if slots is None else int(slots), mesh,
                            rules)

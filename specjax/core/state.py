@@ -12,6 +12,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from specjax.core import figures
+from specjax.core.rule import VerificationRule
 from specjax.core.sampling import SamplingMode, SamplingParams
 
 
@@ -25,17 +27,8 @@ class LoopConfig:
     sampling: the static sampling mode (the per-row values are in the state).
     eos_id: the end-of-sequence token (the models declare it).
     pad_id: written after EOS.
-    verification: 'token' (the paper's token-by-token rule) or 'block' (block
-      verification: the draft verified as a whole, at least as many tokens accepted in
-      expectation); both exact, and identical for greedy rows.
-    draft_threshold: per-row dynamic gamma: a row stops proposing once its confidence
-      falls under it (see threshold_rule); 0 drafts G always.
-    threshold_rule: what the threshold is compared with: 'token', each draft token's own
-      confidence (the draft's largest probability, as Hugging Face's
-      assistant_confidence_threshold), or 'cumulative', the product of the row's
-      confidences so far (the draft's estimate that every token it proposed is accepted).
-    lenience: l in (0, 1]: accept when r * l * q(x) < p(x) (the paper's appendix F); 1 is
-      exact, below 1 sampled outputs are no longer the target's.
+    rule: the verification rule (`specjax.core.rule.VerificationRule`: token or block,
+      the draft threshold and its rule, the lenience).
   """
 
   gamma: int
@@ -43,10 +36,7 @@ class LoopConfig:
   sampling: SamplingMode = SamplingMode()
   eos_id: int = 1
   pad_id: int = 0
-  verification: str = 'token'
-  draft_threshold: float = 0.0
-  threshold_rule: str = 'token'
-  lenience: float = 1.0
+  rule: VerificationRule = VerificationRule()
 
   def width(self, prompt_width: int) -> int:
     """W, the sequence buffer and cache length: the prompt, L tokens, and room for a
@@ -96,19 +86,20 @@ class DecodeStats:
 
   @property
   def alpha(self) -> float:
-    """Acceptance rate estimated from the beta sums, over the whole batch."""
-    return float(jnp.sum(self.beta_sum) / jnp.maximum(jnp.sum(self.beta_count), 1))
+    """Acceptance rate estimated from the beta sums, over the whole batch
+    (`figures.decode_figures`)."""
+    return float(figures.decode_figures(self).alpha)
 
   @property
   def acceptance_rate(self) -> float:
     """Accepted draft tokens / draft tokens the target verified inside the outputs (the
     positions beta covers), over the whole batch: alpha counted instead of estimated."""
-    return float(jnp.sum(self.accepted) / jnp.maximum(jnp.sum(self.beta_count), 1))
+    return float(figures.decode_figures(self).acceptance_rate)
 
   @property
   def tokens_per_call(self) -> float:
     """Output tokens per per-row target call, over the whole batch."""
-    return float(jnp.sum(self.generated) / jnp.maximum(jnp.sum(self.target_calls), 1))
+    return float(figures.decode_figures(self).tokens_per_call)
 
 
 @flax.struct.dataclass

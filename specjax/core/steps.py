@@ -99,10 +99,11 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
 
   The first step feeds two tokens (positions pos-1 and pos) so that the draft cache catches
   up after a fully accepted block, whose last draft token it never saw. With
-  cfg.draft_threshold > 0 a row stops proposing at its first token whose confidence is
-  under the threshold (the draft's largest probability for the token, or with
-  cfg.threshold_rule 'cumulative' its product over the row's proposals so far; the first
-  token is proposed always), and the steps stop once every row has: the verify call then scores as many positions as
+  cfg.rule.draft_threshold > 0 a row stops proposing at its first token whose confidence
+  is under the threshold (the draft's largest probability for the token, or with
+  cfg.rule.threshold_rule 'cumulative' its product over the row's proposals so far; the
+  first token is proposed always), and the steps stop once every row has: the verify call
+  then scores as many positions as
   the longest proposal (`verify_proposed`), each row uses its own count. The stopping rule
   reads the draft only, so the output stays exact.
 
@@ -126,7 +127,7 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
   if gamma == 1:
     return Drafted(first.x[:, None], None if greedy else first.q[:, None], first.cache,
                    first.nonfinite, all_rows)
-  if cfg.draft_threshold > 0.0:
+  if cfg.rule.draft_threshold > 0.0:
     return _draft_until_unsure(draft, first, pos, keys, params, cfg, active)
 
   def step(carry, step_keys):
@@ -149,9 +150,9 @@ def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
   greedy, gamma, batch = cfg.sampling.greedy, cfg.gamma, pos.shape[0]
   x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(first.x)
   q = None if greedy else jnp.zeros((batch, gamma) + first.q.shape[1:]).at[:, 0].set(first.q)
-  cumulative = cfg.threshold_rule == 'cumulative'
+  cumulative = cfg.rule.threshold_rule == 'cumulative'
   confidence = first.confidence  # [B]: the token's own, or the product so far
-  sure = confidence >= cfg.draft_threshold  # [B]: still drafting (finished rows do not)
+  sure = confidence >= cfg.rule.draft_threshold  # [B]: still drafting (not finished rows)
   sure = sure if active is None else sure & active
   drafted = jnp.ones((batch,), jnp.int32)
 
@@ -164,7 +165,7 @@ def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
     x = x.at[:, i].set(d.x)
     q = None if greedy else q.at[:, i].set(d.q)
     confidence = confidence * d.confidence if cumulative else d.confidence
-    sure = sure & (confidence >= cfg.draft_threshold)
+    sure = sure & (confidence >= cfg.rule.draft_threshold)
     return (i + 1, d.cache, d.x, bad | d.nonfinite, x, q, sure, drafted + sure,
             confidence)
 
@@ -223,7 +224,7 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
                   cfg, active=~state.done)
   x, drafted = d.x, d.confidence  # [B, G], [B]: each row's own count of proposals
   last = gather_rows(state.seq, state.pos)
-  if cfg.draft_threshold > 0.0 and g > 1:  # score only as far as the longest proposal
+  if cfg.rule.draft_threshold > 0.0 and g > 1:  # score only as far as the longest proposal
     longest = jnp.max(drafted)  # finished rows propose 1
     logits, target_cache = verify_proposed(target, state.target_cache, last, x, state.pos,
                                            longest)  # [B, G+1, V]
@@ -233,10 +234,10 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
     result = acceptance.accept_greedy(sampling.argmax(logits), x, drafted)
   else:
     p = sampling.warp(logits, state.sampling, cfg.sampling)  # [B, G+1, V]
-    if cfg.verification == 'block':
+    if cfg.rule.verification == 'block':
       result = acceptance.accept_block(p, d.q, x, accept_keys, drafted)
     else:
-      result = acceptance.accept(p, d.q, x, accept_keys, cfg.lenience, drafted)
+      result = acceptance.accept(p, d.q, x, accept_keys, cfg.rule.lenience, drafted)
   block = jnp.concatenate([x, x[:, :1]], axis=1)  # [B, G+1]
   block = jnp.where(jnp.arange(g + 1)[None] == result.n[:, None], result.y[:, None], block)
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)

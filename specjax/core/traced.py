@@ -15,9 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.core import api
 from specjax.core import decoder as decoder_lib
 from specjax.core.sampling import SamplingMode, SamplingParams
-from specjax.core.state import DecodeOutput, LoopConfig
+from specjax.core.state import DecodeOutput
 
 
 def _concrete(x) -> Optional[np.ndarray]:
@@ -49,7 +50,9 @@ def traced_decode(target, target_params, draft, draft_params, inputs: jax.Array,
                   gamma: int, max_decode_len: int, sampling: SamplingParams,
                   mode: Optional[SamplingMode] = None, rng: Optional[jax.Array] = None,
                   row_ids: Optional[jax.Array] = None, eos_id: Optional[int] = None,
-                  pad_id: Optional[int] = None) -> DecodeOutput:
+                  pad_id: Optional[int] = None, verification: str = 'token',
+                  draft_threshold: float = 0.0, lenience: float = 1.0,
+                  threshold_rule: str = 'token') -> DecodeOutput:
   """Speculative decode (or the target alone, draft None) callable under an outer jit.
 
   The output is exactly `specjax.speculative_decode`'s for the same arguments: the same
@@ -67,12 +70,15 @@ def traced_decode(target, target_params, draft, draft_params, inputs: jax.Array,
     rng: the run's PRNG key (PRNGKey(0) when None).
     row_ids: [N] int32 each row's index in the run (default 0..N-1).
     eos_id, pad_id: static ints (default: the target's).
+    verification, draft_threshold, lenience, threshold_rule: the verification rule, as
+      `specjax.speculative_decode` (ignored without a draft).
 
   Returns:
     DecodeOutput(tokens [N, L], lengths [N], stats, iterations).
 
   Raises:
-    ValueError: gamma < 1 with a draft, or target and draft vocabularies differ.
+    ValueError: gamma < 1 with a draft, target and draft vocabularies differ, or a bad
+      verification rule (`specjax.core.rule.VerificationRule.checked`).
   """
   num = inputs.shape[0]
   if draft is not None:
@@ -87,11 +93,10 @@ def traced_decode(target, target_params, draft, draft_params, inputs: jax.Array,
   sampling = SamplingParams(temperature=rows(sampling.temperature, jnp.float32),
                             top_k=rows(sampling.top_k, jnp.int32),
                             top_p=rows(sampling.top_p, jnp.float32))
-  cfg = LoopConfig(gamma=int(gamma) if draft is not None else 0,
-                   max_decode_len=int(max_decode_len),
-                   sampling=mode,
-                   eos_id=getattr(target, 'eos_id', 1) if eos_id is None else int(eos_id),
-                   pad_id=getattr(target, 'pad_id', 0) if pad_id is None else int(pad_id))
+  rule = (dict(verification=verification, draft_threshold=draft_threshold,
+               lenience=lenience, threshold_rule=threshold_rule) if draft is not None else {})
+  cfg = api.loop_config(target, int(gamma) if draft is not None else 0, max_decode_len, mode,
+                        eos_id, pad_id, **rule)
   dec = decoder_lib.build(target, draft, cfg)
   row_ids = jnp.arange(num, dtype=jnp.int32) if row_ids is None else row_ids
   rng = jax.random.PRNGKey(0) if rng is None else rng
