@@ -15,6 +15,8 @@ import dataclasses
 import shlex
 from typing import Dict, Optional, Tuple
 
+from specjax.job import flags
+from specjax.job.config import DecodeConfig
 from specjax.speed.paper import TABLE2
 
 # The paper's task prefixes (T5's own), and the encoder / decoder lengths used here.
@@ -70,25 +72,29 @@ class RunConfig:
     """The paper's gamma at this temperature."""
     return self.gammas[self.temperatures.index(temperature)]
 
+  def decode_config(self, temperature: float) -> DecodeConfig:
+    """The `python -m specjax.decode` config of this run at one temperature."""
+    return DecodeConfig(
+        target=self.target, draft=self.draft, gamma=self.gamma(temperature),
+        temperature=temperature, prefix=self.prefix, input=self.input,
+        max_input_len=self.max_input_len, max_decode_len=self.max_decode_len,
+        batch_size=self.batch_size, dtype=self.dtype, param_dtype=self.param_dtype,
+        json=True, truncate_inputs=self.truncate_inputs, num_partitions=self.num_partitions)
+
   def args(self, temperature: float) -> list:
     """The `python -m specjax.decode` flags of this run at one temperature."""
-    args = ['--target', self.target, '--draft', self.draft,
-            '--gamma', str(self.gamma(temperature)),
-            '--temperature', str(temperature), '--prefix', self.prefix, '--input', self.input,
-            '--max-input-len', str(self.max_input_len), '--max-decode-len',
-            str(self.max_decode_len), '--batch-size', str(self.batch_size), '--dtype',
-            self.dtype, '--param-dtype', self.param_dtype, '--json']
-    if self.truncate_inputs:
-      args.append('--truncate-inputs')
-    if self.num_partitions is not None:
-      args += ['--num-partitions', str(self.num_partitions)]
-    return args
+    return flags.to_args(self.decode_config(temperature), only=_ARGS, always=True)
 
   def command(self, temperature: Optional[float] = None) -> str:
     """The shell command (the first temperature by default)."""
     temperature = self.temperatures[0] if temperature is None else temperature
     return shlex.join(['python', '-m', 'specjax.decode'] + self.args(temperature))
 
+
+# The decode flags a run's command names, in this order.
+_ARGS = ('target', 'draft', 'gamma', 'temperature', 'prefix', 'input', 'max_input_len',
+         'max_decode_len', 'batch_size', 'dtype', 'param_dtype', 'json', 'truncate_inputs',
+         'num_partitions')
 
 # The models of each kind of pair: target, and the draft's name before its size.
 PAIRS = {'t5_1_0': ('t5_1_0_11b', 't5_1_0_'), 'flan': ('flan_t5_xxl', 'flan_t5_'),

@@ -10,11 +10,18 @@ import argparse
 import json
 import sys
 
-from specjax.job.decode_job import DecodeJob
+from specjax.job import flags
+from specjax.job.config import DecodeConfig
 from specjax.job.task_eval import evaluate
 
 _STATS = ('alpha', 'tokens_per_call', 'target_calls', 'tokens', 'seconds',
           'tokens_per_second')
+
+
+# The decode config's fields evaluate reads; its other fields keep their defaults.
+FIELDS = ('task', 'split', 'max_examples', 'target', 'draft', 'target_checkpoint',
+          'draft_checkpoint', 'vocab', 'gamma', 'temperature', 'top_k', 'top_p', 'seed',
+          'batch_size', 'dtype', 'json')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -22,23 +29,7 @@ def parse_args(argv=None) -> argparse.Namespace:
       prog='python -m specjax.evaluate',
       description='A seqio Task\'s metrics for the speculative decode and the target alone.',
       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument('--task', required=True, help='a registered seqio Task (specjax_demo_ende, '
-                 'wmt_t2t_ende_v003, cnn_dailymail_v002, or one your module registers)')
-  p.add_argument('--split', default='test', help='the split to evaluate')
-  p.add_argument('--max-examples', type=int, help='evaluate only the first n examples')
-  p.add_argument('--target', default='demo_target', help='target registry name')
-  p.add_argument('--draft', default='demo_draft', help='draft registry name')
-  p.add_argument('--target-checkpoint', help='the target\'s checkpoint (any format)')
-  p.add_argument('--draft-checkpoint', help='the draft\'s checkpoint (any format)')
-  p.add_argument('--vocab', help='SentencePiece model (default: as python -m specjax.decode)')
-  p.add_argument('--gamma', type=int, default=4, help='draft tokens per target call')
-  p.add_argument('--temperature', type=float, default=0.0, help='0 is greedy')
-  p.add_argument('--top-k', type=int, default=0, help='0 keeps every token')
-  p.add_argument('--top-p', type=float, default=1.0, help='1 keeps every token')
-  p.add_argument('--seed', type=int, default=0, help='sampling seed')
-  p.add_argument('--batch-size', type=int, default=8, help='rows decoded at once')
-  p.add_argument('--dtype', help='activation and cache dtype, e.g. bfloat16')
-  p.add_argument('--json', action='store_true', help='print the result as one JSON object')
+  flags.add_flags(p, DecodeConfig, only=FIELDS, defaults={'gamma': 4}, required=('task',))
   return p.parse_args(argv)
 
 
@@ -55,19 +46,13 @@ def _print(r: dict) -> None:
 
 
 def main(argv=None) -> int:
-  args = parse_args(argv)
-  job = DecodeJob(target=args.target, draft=args.draft,
-                  target_checkpoint=args.target_checkpoint,
-                  draft_checkpoint=args.draft_checkpoint, vocab=args.vocab, task=args.task,
-                  split=args.split, gamma=args.gamma, temperature=args.temperature,
-                  top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                  batch_size=args.batch_size, dtype=args.dtype)
+  job = flags.from_args(DecodeConfig, parse_args(argv))
   try:
-    result = evaluate(job, args.max_examples)
+    result = evaluate(job, job.max_examples)
   except (ValueError, FileNotFoundError, OSError) as e:
     print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
     return 2
-  if args.json:
+  if job.json:
     print(json.dumps(result))
   else:
     _print(result)

@@ -57,7 +57,7 @@ def test_config_resolves_and_its_docstring_command_runs_it(name):
   assert from_doc == decode.parse_args(single.args(single.temperatures[0]))
   assert shlex.split(single.command())[3:] == single.args(single.temperatures[0])
   for temperature in v4_8.temperatures:
-    job = decode._job(decode.parse_args(v4_8.args(temperature)))
+    job = decode.parse_config(v4_8.args(temperature))
     assert job.num_partitions == 4 and job.gamma == v4_8.gamma(temperature)
     assert job.temperature == temperature and job.truncate_inputs
 
@@ -111,7 +111,7 @@ def test_decode_sh_passes_its_arguments_through_intact(tmp_path):
   prefix = "translate English to German: it's"
   (command,) = _run_with_gcloud(tmp_path, 'decode.sh', ['--prefix', prefix, '--gamma', '7'])
   args = decode.parse_args(_cli_words(command, 'specjax.decode'))
-  assert args.prefix == prefix and args.gamma == '7'
+  assert args.prefix == prefix and args.gamma == 7
   (command,) = _run_with_gcloud(tmp_path, 'decode.sh')  # no arguments: no '' either
   assert _cli_words(command, 'specjax.decode') == []
 
@@ -119,7 +119,7 @@ def test_decode_sh_passes_its_arguments_through_intact(tmp_path):
 def test_pod_and_speed_bench_commands_parse(tmp_path):
   commands = _run_with_gcloud(tmp_path, 'pod.sh', ['--input', 'in.txt'])
   words = _cli_words(commands[-1].split(' > ')[0], 'specjax.decode')
-  job = decode._job(decode.parse_args(words))
+  job = decode.parse_config(words)
   assert job.output == 'results/pod.jsonl' and job.num_partitions == 8
   assert job.target == 't5_1_0_11b' and job.input == 'in.txt'
   (command,) = _run_with_gcloud(tmp_path, 'speed_bench.sh', ['--rounds', '3'])

@@ -18,7 +18,15 @@ def _run_cli(args, stdin=None):
                         capture_output=True, text=True, timeout=600)
 
 
+def _run_main(args, capsys):
+  """`python -m specjax.decode args` in this process: (exit code, stdout, stderr)."""
+  code = decode.main(args)
+  captured = capsys.readouterr()
+  return code, captured.out, captured.err
+
+
 def test_cli_end_to_end_on_three_sentences(tmp_path):
+  """The entry point itself, once (the other runs call `decode.main` in this process)."""
   src, out = tmp_path / 'in.txt', tmp_path / 'out.jsonl'
   src.write_text('\n'.join(SENTENCES) + '\n')
   proc = _run_cli(['--input', str(src), '--output', str(out), '--json', '--batch-size', '2',
@@ -60,7 +68,7 @@ def test_line_longer_than_encoder(tmp_path, capsys):
   assert '--max-input-len 16' in err and '--truncate-inputs' in err
 
 
-def test_truncation_only_when_asked(tmp_path):
+def test_truncation_only_when_asked(tmp_path, capsys):
   """The cut keeps the first 15 tokens and EOS, the record says so, and the prediction is
   that of the cut text decoded as it is."""
   from specjax import checkpoints
@@ -69,9 +77,10 @@ def test_truncation_only_when_asked(tmp_path):
   long.write_text('open the file and save it ' * 20 + '\n')
   args = ['--max-input-len', '16', '--json', '--quiet', '--max-decode-len', '8', '--gamma', '3',
           '--no-compare']
-  proc = _run_cli(['--input', str(long), '--truncate-inputs', '--output', str(out)] + args)
-  assert proc.returncode == 0, proc.stderr
-  assert json.loads(proc.stdout.splitlines()[-1])['num_examples'] == 1
+  code, stdout, stderr = _run_main(['--input', str(long), '--truncate-inputs', '--output',
+                                    str(out)] + args, capsys)
+  assert code == 0, stderr
+  assert json.loads(stdout.splitlines()[-1])['num_examples'] == 1
   record = json.loads(out.read_text())
   assert record['truncated'] is True
   vocab = checkpoints.load_vocab(DEMO_VOCAB)
@@ -79,7 +88,7 @@ def test_truncation_only_when_asked(tmp_path):
   assert len(vocab.encode(cut)) <= 15
   short, short_out = tmp_path / 'cut.txt', tmp_path / 'cut.jsonl'
   short.write_text(cut + '\n')
-  assert _run_cli(['--input', str(short), '--output', str(short_out)] + args).returncode == 0
+  assert _run_main(['--input', str(short), '--output', str(short_out)] + args, capsys)[0] == 0
   again = json.loads(short_out.read_text())
   assert 'truncated' not in again and again['prediction'] == record['prediction']
 
@@ -107,13 +116,14 @@ def test_gcs_default_without_access_names_the_flag(tmp_path, capsys, monkeypatch
   assert '--target-checkpoint' in err
 
 
-def test_gamma_auto_explains_its_choice(tmp_path):
+def test_gamma_auto_explains_its_choice(tmp_path, capsys):
   src = tmp_path / 'in.txt'
   src.write_text('\n'.join(SENTENCES) + '\n')
-  proc = _run_cli(['--input', str(src), '--gamma', 'auto', '--json', '--quiet',
-                   '--batch-size', '3', '--max-decode-len', '16'])
-  assert proc.returncode == 0, proc.stderr
-  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  code, stdout, stderr = _run_main(['--input', str(src), '--gamma', 'auto', '--json',
+                                    '--quiet', '--batch-size', '3', '--max-decode-len', '16'],
+                                   capsys)
+  assert code == 0, stderr
+  summary = json.loads(stdout.strip().splitlines()[-1])
   assert summary['identical_to_target'] is True
   # the gamma the measured alpha, c and v(K) predict fastest; 0 when it measured slower
   from specjax.core import theory
@@ -131,7 +141,7 @@ def test_param_dtype_flag_holds_params_in_bfloat16():
   import jax
   import jax.numpy as jnp
   from specjax.job import decode_job
-  job = decode._job(decode.parse_args(['--param-dtype', 'bfloat16', '--dtype', 'bfloat16']))
+  job = decode.parse_config(['--param-dtype', 'bfloat16', '--dtype', 'bfloat16'])
   assert job.param_dtype == 'bfloat16'
   target, tp, draft, dp, _ = decode_job.load_pair(job)
   assert target.config.dtype == draft.config.dtype == 'bfloat16'

@@ -67,7 +67,7 @@ def test_a_resumed_sampled_run_refuses_another_rule():
     def serialized(self):
       return b'v'
   def fp(**kw):
-    job = decode._job(decode.parse_args(kw.pop('argv')))
+    job = decode.parse_config(kw.pop('argv'))
     return fingerprint.run_fingerprint(job, None, {}, None, {}, 'sha', '', Vocab())
   sampled = ['--temperature', '1']
   assert fp(argv=sampled) != fp(argv=sampled + ['--verification', 'block'])

@@ -12,7 +12,7 @@ from specjax.job.decode_job import DecodeJob
 from specjax.job.pair import job_mesh
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS, t5_tiny, t5_tiny_draft
-from specjax.parallel import memory_plan
+from specjax.speed import memory_plan
 from specjax.parallel import mesh as mesh_lib
 from specjax.parallel import rules as axis_rules
 

@@ -34,15 +34,18 @@ def _model(name: str, checkpoint, model, params) -> dict:
           'params': params_digest(params)}
 
 
-def run_fingerprint(job, target, tp, draft, dp, input_sha256: str, prefix: str,
-                    vocab) -> dict:
-  """Everything that changes an output of `job`, as a flat JSON-able dict.
+def run_fingerprint(job, target, tp, draft, dp, input_sha256: str, prefix: str, vocab,
+                    gamma=None) -> dict:
+  """Everything that changes an output of `job` (a DecodeConfig), as a flat JSON-able dict.
 
-  Gamma, the seed and the verification rule count only when sampling (greedy outputs do
-  not depend on them);
+  Gamma (the one the run decodes with, `--gamma auto`'s choice: `gamma`, default
+  `job.gamma`), the seed and the
+  verification rule count only when sampling (greedy outputs do not depend on them);
   batch size, refill, padding and the mesh change no output and do not count.
   """
-  sampled = job.temperature > 0
+  sampled = not job.sampling.greedy
+  gamma = job.gamma if gamma is None else gamma
+  rule = job.rule
   return {
       'target': _model(job.target, job.target_checkpoint, target, tp),
       'draft': _model(job.draft, job.draft_checkpoint, draft, dp),
@@ -51,10 +54,9 @@ def run_fingerprint(job, target, tp, draft, dp, input_sha256: str, prefix: str,
       'input reading': [job.input_format, job.errors, prefix, job.max_input_len,
                         job.truncate_inputs],
       'sampling': [job.temperature, job.top_k, job.top_p],
-      'seed and gamma': [job.seed, job.gamma] if sampled else None,
-      'verification': ([job.verification, job.draft_threshold, job.threshold_rule, job.lenience]
-                       if sampled
-                       else None),
+      'seed and gamma': [job.seed, gamma] if sampled else None,
+      'verification': ([rule.verification, rule.draft_threshold, rule.threshold_rule,
+                        rule.lenience] if sampled else None),
       'max_decode_len': job.max_decode_len,
       'dtypes': [job.dtype, job.param_dtype],
   }

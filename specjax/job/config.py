@@ -1,0 +1,161 @@
+"""The one config of a decode run: every flag of `python -m specjax.decode` is a field here.
+
+`DecodeConfig` is frozen; the command line (`specjax.job.flags.add_flags`), the decode job,
+its resume fingerprint, `python -m specjax.evaluate`, the bench, the paper's run configs
+(configs/) and the T5X route's verification rule all read it, so a new setting is one field.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Optional, Union
+
+from specjax.core.rule import THRESHOLD_RULES, VERIFICATIONS, VerificationRule
+from specjax.core.sampling import SamplingConfig
+from specjax.job.flags import flag
+from specjax.job.inputs import PAD_MODES
+from specjax.job.reader import INPUT_FORMATS
+
+AUTO = 'auto'
+
+
+def parse_gamma(text: str) -> Union[int, str]:
+  """--gamma's value: an integer, or 'auto'."""
+  if text == AUTO:
+    return AUTO
+  try:
+    return int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f'--gamma must be an integer >= 1 or "auto", got {text!r}') from None
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+  """Everything one decode run needs; each field is the flag of the same name."""
+
+  target: str = flag('demo_target', 'target registry name (demo_target, t5_xxl, t5_1_0_11b, '
+                     '...) or checkpoint directory (a Hugging Face Llama, GPT-2 or T5 '
+                     'directory, T5X, orbax)')
+  draft: str = flag('demo_draft', 'draft registry name (demo_draft, t5_small, ...) or '
+                    'checkpoint directory; copy: copy from the input; bigram: the target\'s '
+                    'bigram table (bundled for demo_target, else --draft-checkpoint '
+                    'TABLE.npz); copy+NAME: copy where the output repeats the input, the '
+                    'model NAME elsewhere')
+  target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
+                                          'the target (default: bundled for demo_*, the '
+                                          'public T5X one on GCS for t5_*)')
+  draft_checkpoint: Optional[str] = flag(None, 'checkpoint of the draft (defaults as above)')
+  vocab: Optional[str] = flag(None, 'SentencePiece model or tokenizer.json (default: '
+                              'bundled for demo_*, the tokenizer in a checkpoint directory, '
+                              'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model '
+                              'for t5_*)')
+  draft_vocab: Optional[str] = flag(None, 'the draft\'s vocabulary, if stored apart; it must '
+                                    'equal the target\'s')
+  input: Optional[str] = flag(None, 'text file (one input per line, or JSONL with an '
+                              '"inputs" field); - for stdin (default: the bundled sample '
+                              'sentences)')
+  input_format: str = flag('auto', 'auto: JSONL when every non-empty line is a JSON object '
+                           'with an "inputs" string, else one text per line',
+                           choices=INPUT_FORMATS)
+  errors: str = flag('strict', 'input bytes that are not UTF-8: stop naming the line, or '
+                     'replace them', choices=('strict', 'replace'))
+  task: Optional[str] = flag(None, 'decode a seqio Task\'s split instead of --input, and '
+                             'report its metrics (e.g. specjax_demo_ende; needs seqio)')
+  split: str = flag('test', 'the --task split to decode')
+  max_examples: Optional[int] = flag(None, 'decode only the first n inputs (or examples of '
+                                     'the --task split)')
+  output: Optional[str] = flag(None, 'write one JSON line per input, in input order, as each '
+                               'batch finishes (inputs, input_line, prediction, stats); '
+                               'rerunning the same command after an interruption resumes '
+                               'where it stopped')
+  prefix: Optional[str] = flag(None, 'task prefix added to inputs that lack it (default: '
+                               '"translate English to German: " for the demo pair, none '
+                               'otherwise)')
+  gamma: Union[int, str] = flag(AUTO, 'draft tokens per target call (an integer, or "auto": '
+                                'measure c, v(K) and alpha at this batch size, pick the gamma '
+                                'the formula predicts fastest, and fall back to the target '
+                                'alone (gamma 0) when that measures slower)',
+                                parse=parse_gamma)
+  verification: str = flag('token', 'token: the paper\'s rule, each draft token in turn; '
+                           'block: block verification, which keeps at least as many tokens '
+                           'per call; both exact', choices=VERIFICATIONS)
+  draft_threshold: float = flag(0.0, 'per-row dynamic gamma: a row stops drafting at its '
+                                'first token the draft gives less than this probability (0: '
+                                'always gamma tokens); the target then scores only as far as '
+                                'the longest proposal; exact')
+  threshold_rule: str = flag('token', 'what --draft-threshold is compared with: token, each '
+                             'draft token\'s own probability (as Hugging Face\'s '
+                             'assistant_confidence_threshold); cumulative, their product '
+                             'over the row\'s proposals so far (the draft\'s estimate that '
+                             'all are accepted)', choices=THRESHOLD_RULES)
+  lenience: float = flag(1.0, 'sampled decoding only: accept when r*lenience*q < p; below 1 '
+                         'the output no longer follows the target\'s distribution (lossy, '
+                         'faster)')
+  temperature: float = flag(0.0, '0 is greedy')
+  top_k: int = flag(0, '0 keeps every token')
+  top_p: float = flag(1.0, '1 keeps every token')
+  seed: int = flag(0, 'sampling seed')
+  batch_size: int = flag(8, 'rows decoded at once')
+  refill: bool = flag(True, 'decode fixed batches, each running until its slowest row is '
+                      'done (default: a finished row takes the next input at once, on a '
+                      'mesh too)', negated='--no-refill')
+  max_input_len: int = flag(64, 'encoder length; longer inputs are an error unless '
+                            '--truncate-inputs')
+  truncate_inputs: bool = flag(False, 'cut inputs longer than --max-input-len instead of '
+                               'failing')
+  pad_inputs: str = flag('bucket', 'bucket: pad each batch to the smallest power of two (>= '
+                         '8) that fits its longest input, one compilation per width; max: '
+                         'pad every batch to --max-input-len, one compilation (T5X\'s fixed '
+                         'feature lengths)', choices=PAD_MODES)
+  max_decode_len: int = flag(64, 'most tokens per output')
+  dtype: Optional[str] = flag(None, 'activation and cache dtype, e.g. bfloat16')
+  param_dtype: str = flag('float32', 'dtype params are held in; bfloat16 halves their memory '
+                          '(T5-XXL on one TPU v4 chip needs it)',
+                          choices=('float32', 'bfloat16'))
+  num_partitions: Optional[int] = flag(None, 'shard over all devices: N-way model parallel '
+                                       '(T5X num_partitions), data parallel over the rest')
+  mesh: Optional[str] = flag(None, 'explicit mesh instead, e.g. data=2,model=4 (sizes may use '
+                             'fewer than all devices)')
+  parameter_partitioning_dims: int = flag(1, '2 also shards the params\' embed axis over data '
+                                          '(T5X 2-D params)', choices=(1, 2))
+  multihost: bool = flag(False, 'call jax.distributed.initialize() first (automatic on a '
+                         'multi-host TPU pod slice); run on every host')
+  compare: bool = flag(True, 'skip the target-only decode (no speedup and no identity check '
+                       'in the summary)', negated='--no-compare')
+  json: bool = flag(False, 'print the summary as one JSON object')
+  quiet: bool = flag(False, 'no progress bar, no translations')
+  progress: bool = flag(True, 'a progress bar on stderr', cli=False)
+
+  @property
+  def sampling(self) -> SamplingConfig:
+    """The sampling settings (temperature, top-k, top-p)."""
+    return SamplingConfig(self.temperature, self.top_k, self.top_p)
+
+  @property
+  def rule(self) -> VerificationRule:
+    """The verification rule (token or block, the draft threshold, the lenience)."""
+    return VerificationRule(self.verification, self.draft_threshold, self.threshold_rule,
+                            self.lenience)
+
+  def replace(self, **changes) -> 'DecodeConfig':
+    """A copy with some fields changed."""
+    return dataclasses.replace(self, **changes)
+
+  def check(self) -> None:
+    """Checks the settings that need no model, before anything loads.
+
+    Raises:
+      ValueError: a batch size, input length, example count or gamma out of range, or a
+        bad verification rule (one line each).
+    """
+    for name in ('batch_size', 'max_input_len'):
+      if getattr(self, name) < 1:
+        raise ValueError(f'--{name.replace("_", "-")} must be >= 1, got {getattr(self, name)}')
+    if self.max_examples is not None and self.max_examples < 1:
+      raise ValueError(f'--max-examples must be >= 1, got {self.max_examples}')
+    if self.gamma != AUTO and (not isinstance(self.gamma, int) or isinstance(self.gamma, bool)
+                               or self.gamma < 1):
+      raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), got '
+                       f'{self.gamma!r}; or --gamma auto, which may pick 0 (the target alone)')
+    self.rule.checked(self.sampling.greedy)
