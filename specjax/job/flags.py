@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 def flag(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  # pylint: disable=redefined-builtin
          parse: Optional[Callable[[str], Any]] = None, metavar: Optional[str] = None,
-         negated: Optional[str] = None, cli: bool = True) -> Any:
+         negated: Optional[str] = None, name: Optional[str] = None,
+         group: Optional[str] = None, cli: bool = True) -> Any:
   """A config field that is also a command-line flag.
 
   Args:
@@ -28,10 +29,14 @@ def flag(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  #
     metavar: the flag's placeholder in --help.
     negated: for a bool that defaults to True, the flag that sets it False (e.g.
       '--no-refill'); a bool defaulting to False becomes a plain switch.
+    name: the flag, when it is not the field's name with dashes (e.g. '--json' for a
+      field json_path).
+    group: the title of the --help section the flag is listed under.
     cli: False keeps the field off the command line (an API-only setting).
   """
   return dataclasses.field(default=default, metadata=dict(
-      help=help, choices=choices, parse=parse, metavar=metavar, negated=negated, cli=cli))
+      help=help, choices=choices, parse=parse, metavar=metavar, negated=negated, name=name,
+      group=group, cli=cli))
 
 
 def cli_fields(cls) -> List[dataclasses.Field]:
@@ -40,13 +45,15 @@ def cli_fields(cls) -> List[dataclasses.Field]:
 
 
 def flag_name(field: dataclasses.Field) -> str:
-  """The flag of a field: '--max-input-len', or its negated switch ('--no-refill')."""
-  return field.metadata.get('negated') or '--' + field.name.replace('_', '-')
+  """The flag of a field: '--max-input-len', its negated switch ('--no-refill'), or the
+  name it was given."""
+  meta = field.metadata
+  return meta.get('negated') or meta.get('name') or '--' + field.name.replace('_', '-')
 
 
 def _dest(field: dataclasses.Field) -> str:
   """The namespace attribute of a field's flag: the field's name, or 'no_refill'."""
-  return flag_name(field)[2:].replace('-', '_')
+  return ('no_' if field.metadata.get('negated') else '') + field.name
 
 
 def _scalar_type(cls, field: dataclasses.Field):
@@ -70,6 +77,7 @@ def add_flags(parser: argparse.ArgumentParser, cls, only: Optional[Iterable[str]
   """
   fields = {f.name: f for f in cli_fields(cls)}
   defaults, required = dict(defaults or {}), set(required)
+  groups = {}
   for name in (fields if only is None else only):
     field = fields[name]
     meta, default = field.metadata, defaults.get(name, field.default)
@@ -86,7 +94,10 @@ def add_flags(parser: argparse.ArgumentParser, cls, only: Optional[Iterable[str]
       if name in required:
         kw.update(required=True)
         kw.pop('default')
-    parser.add_argument(flag_name(field), **kw)
+    title = meta.get('group')
+    if title and title not in groups:
+      groups[title] = parser.add_argument_group(title)
+    (groups[title] if title else parser).add_argument(flag_name(field), **kw)
 
 
 def from_args(cls, args: argparse.Namespace, **extra):
