@@ -84,3 +84,34 @@ def test_bad_gamma_is_a_one_line_error(pair):
   with pytest.raises(ValueError, match='gamma must be an integer >= 1'):
     traced_decode(target, tp, draft, dp, inputs, gamma=0, max_decode_len=MAX_LEN,
                   sampling=SamplingParams(0.0, 0, 1.0))
+
+
+@pytest.mark.parametrize('rule', [dict(verification='block'),
+                                  dict(draft_threshold=0.5, threshold_rule='cumulative'),
+                                  dict(lenience=0.5)], ids=['block', 'threshold', 'lenience'])
+def test_traced_decode_keeps_the_verification_rule(pair, rule):
+  """The route inside an outer jit (T5X's) decodes under the rule it is given: the same
+  output and counters as the public decode with that rule, and not those of the token rule
+  (so a route that dropped the rule fails here)."""
+  target, tp, draft, dp, inputs = pair
+  sampling = _params([1.0] * len(inputs))
+  run = lambda **r: traced_decode(target, tp, draft, dp, inputs, gamma=GAMMA,
+                                  max_decode_len=MAX_LEN, sampling=sampling, rng=RNG, **r)
+  public = specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=GAMMA,
+                                      max_decode_len=MAX_LEN, rng=RNG,
+                                      sampling=[specjax.SamplingConfig(1.0)] * len(inputs),
+                                      **rule)
+  traced, token = run(**rule), run()
+  np.testing.assert_array_equal(traced.tokens, public.tokens)
+  np.testing.assert_array_equal(traced.stats.drafted, public.stats.drafted)
+  differs = lambda a, b: not (np.array_equal(a.tokens, b.tokens)
+                              and np.array_equal(a.stats.drafted, b.stats.drafted)
+                              and np.array_equal(a.stats.accepted, b.stats.accepted))
+  assert differs(traced, token)
+
+
+def test_traced_decode_refuses_a_bad_rule(pair):
+  target, tp, draft, dp, inputs = pair
+  with pytest.raises(ValueError, match='lenience changes the token rule of sampled'):
+    traced_decode(target, tp, draft, dp, inputs, gamma=GAMMA, max_decode_len=MAX_LEN,
+                  sampling=SamplingParams(0.0, 0, 1.0), lenience=0.5)
