@@ -7,10 +7,11 @@ from typing import Optional, Tuple
 import jax
 import numpy as np
 
-from specjax.bench import timing
 from specjax.core import api, theory
+from specjax.core.figures import decode_figures
 from specjax.core.sampling import SamplingConfig
 from specjax.parallel import rules as axis_rules
+from specjax.speed import timing
 
 
 def _on_mesh(target, tp, draft, dp, inputs, mesh, rules):
@@ -77,7 +78,7 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
             slots=slots)
   first = api.speculative_decode(target, tp, draft, dp, probe, gamma=probe_gamma, **kw, **rule)
   s = jax.tree.map(np.asarray, first.stats)
-  alpha = float(min(1.0, s.beta_sum.sum() / max(s.beta_count.sum(), 1)))
+  alpha = float(min(1.0, decode_figures(s).alpha))
   v = costs['v']
   best = theory.best_gamma(alpha, costs['c'], lambda k: v[k], range(1, max_gamma + 1))
   predicted = theory.speedup(alpha, best, costs['c'], v[best + 1])
