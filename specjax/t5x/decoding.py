@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax.core.figures import per_example_figures
 from specjax.core.sampling import SamplingParams
 from specjax.core.traced import mode_for, traced_decode
 
@@ -85,9 +86,10 @@ class Prediction(NamedTuple):
   Attributes:
     decodes: [B, N, L] int32, pad after EOS, sorted by score (best last).
     scores: [B, N] float32, the target's log-probability of each decode, ascending.
-    aux: per-example [B] values: 'alpha' (acceptance rate from the beta sums over its N
-      decodes; 0 where no draft token was verified), 'tokens_per_call' and
-      'target_calls' (summed over its N decodes).
+    aux: per-example [B] values over its N decodes (`figures.per_example_figures`):
+      'alpha' (acceptance rate from the beta sums; 0 where no draft token was verified),
+      'tokens_per_call' (generated tokens / per-row target calls) and 'target_calls'
+      (summed).
   """
 
   decodes: jax.Array
@@ -95,14 +97,10 @@ class Prediction(NamedTuple):
   aux: Dict[str, jax.Array]
 
 
-def _per_example(x: jax.Array, batch: int) -> jax.Array:
-  return jnp.sum(x.reshape((batch, -1)), axis=1)
-
-
 def predict(target, target_params: PyTree, draft, draft_params: PyTree, inputs: jax.Array,
             *, max_decode_len: int, gamma: int, num_decodes: int = 1,
             sampling: Optional[SamplingParams] = None, rng: Optional[jax.Array] = None,
-            eos_id: int = 1) -> Prediction:
+            eos_id: int = 1, **rule) -> Prediction:
   """Decodes every example N times speculatively and returns T5X's prediction contract.
 
   Args:
@@ -115,6 +113,8 @@ def predict(target, target_params: PyTree, draft, draft_params: PyTree, inputs: 
     sampling: from `sampling_from_t5x` (scalars or [B * N] leaves); None is greedy.
     rng: a PRNG key (PRNGKey(0) when None); row r draws from fold_in(rng, r).
     eos_id: the end-of-sequence id (static).
+    **rule: verification, draft_threshold, threshold_rule, lenience (as
+      `specjax.speculative_decode`).
 
   Returns:
     A Prediction.
@@ -124,20 +124,16 @@ def predict(target, target_params: PyTree, draft, draft_params: PyTree, inputs: 
   sampling = SamplingParams(0.0, 0, 1.0) if sampling is None else sampling
   out = traced_decode(target, target_params, draft, draft_params, rows, gamma=gamma,
                       max_decode_len=max_decode_len, sampling=sampling,
-                      mode=mode_for(sampling), rng=rng, eos_id=eos_id)
+                      mode=mode_for(sampling), rng=rng, eos_id=eos_id, **rule)
   scores = sequence_log_probs(target, target_params, rows, out.tokens, out.lengths)
   decodes = out.tokens.reshape((batch, num_decodes, max_decode_len))
   scores = scores.reshape((batch, num_decodes))
   order = jnp.argsort(scores, axis=1, stable=True)  # ascending: best last, as T5X
   decodes = jnp.take_along_axis(decodes, order[:, :, None], axis=1)
   scores = jnp.take_along_axis(scores, order, axis=1)
-  s = out.stats
-  calls = _per_example(s.target_calls, batch)
-  beta_count = _per_example(s.beta_count, batch)
-  aux = {'alpha': jnp.where(beta_count > 0, _per_example(s.beta_sum, batch) /
-                            jnp.maximum(beta_count, 1), 0.0),
-         'tokens_per_call': (_per_example(s.accepted, batch) + calls) / jnp.maximum(calls, 1),
-         'target_calls': calls}
+  f = per_example_figures(out.stats, batch)
+  aux = {'alpha': f.alpha, 'tokens_per_call': f.tokens_per_call,
+         'target_calls': jnp.sum(out.stats.target_calls.reshape((batch, -1)), axis=1)}
   return Prediction(decodes=decodes, scores=scores, aux=aux)
 
 

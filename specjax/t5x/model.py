@@ -12,6 +12,7 @@ N decodes per example, S input length, L decoder length.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, MutableMapping, Optional, Tuple
 
 import flax
@@ -23,6 +24,7 @@ from t5x import decoding as t5x_decoding
 from t5x import models
 
 from specjax import checkpoints
+from specjax.core.rule import VerificationRule
 from specjax.models.t5 import T5
 from specjax.t5x import decoding, restore
 
@@ -92,6 +94,9 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     gamma: draft tokens per target call.
     temperature, topk, topp: the sampling defaults, T5X's conventions (temperature at most
       1e-4 is greedy; topk 0 and topp 0 keep every token); `decoder_params` override them.
+    verification, draft_threshold, threshold_rule, lenience: the verification rule, the
+      fields of `python -m specjax.decode`'s config of the same names
+      (`specjax.core.rule.VerificationRule`).
   """
 
   def __init__(self, module, input_vocabulary, output_vocabulary, optimizer_def,
@@ -99,7 +104,9 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                label_smoothing: float = 0.0, z_loss: float = 0.0,
                loss_normalizing_factor=None, default_decoder_params=None, *,
                draft_module=None, draft_checkpoint_path: Optional[str] = None,
-               gamma: int = 4, temperature: float = 0.0, topk: int = 0, topp: float = 0.0):
+               gamma: int = 4, temperature: float = 0.0, topk: int = 0, topp: float = 0.0,
+               verification: str = 'token', draft_threshold: float = 0.0,
+               threshold_rule: str = 'token', lenience: float = 1.0):
     super().__init__(module, input_vocabulary, output_vocabulary, optimizer_def,
                      decode_fn=decode_fn, feature_converter_cls=feature_converter_cls,
                      label_smoothing=label_smoothing, z_loss=z_loss,
@@ -111,6 +118,9 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     if not isinstance(gamma, int) or gamma < 1:
       raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), '
                        f'got {gamma!r}')
+    # Checked here, before any restore; the decode checks it again against its mode.
+    self.rule = VerificationRule(verification, draft_threshold, threshold_rule,
+                                 lenience).checked(greedy=False)
     self.draft_module = draft_module
     self.draft_checkpoint_path = draft_checkpoint_path
     self.gamma = gamma
@@ -214,7 +224,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
         max_decode_len=batch['decoder_input_tokens'].shape[1], gamma=self.gamma,
         num_decodes=num_decodes, sampling=decoding.sampling_from_t5x(
             num_decodes=num_decodes, **knobs),
-        rng=decode_rng, eos_id=int(eos_id))
+        rng=decode_rng, eos_id=int(eos_id), **dataclasses.asdict(self.rule))
     aux = dict(prediction.aux)
     if return_all_decodes:
       aux['scores'] = prediction.scores
@@ -225,7 +235,9 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
 
 def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
                draft_checkpoint_path: Optional[str] = None, gamma: int = 4,
-               temperature: float = 0.0, topk: int = 0, topp: float = 0.0
+               temperature: float = 0.0, topk: int = 0, topp: float = 0.0,
+               verification: str = 'token', draft_threshold: float = 0.0,
+               threshold_rule: str = 'token', lenience: float = 1.0
                ) -> SpeculativeEncoderDecoderModel:
   """The speculative version of a configured EncoderDecoderModel: the same module,
   vocabularies, optimizer, losses, feature converter and default decoder params (what
@@ -233,8 +245,8 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
 
   Args:
     model: the target's EncoderDecoderModel, as its gin file builds it.
-    draft_module, draft_checkpoint_path, gamma, temperature, topk, topp: as
-      SpeculativeEncoderDecoderModel.
+    draft_module, draft_checkpoint_path, gamma, temperature, topk, topp, verification,
+      draft_threshold, threshold_rule, lenience: as SpeculativeEncoderDecoderModel.
   """
   return SpeculativeEncoderDecoderModel(
       model.module, model.input_vocabulary, model.output_vocabulary, model.optimizer_def,
@@ -244,4 +256,5 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
       loss_normalizing_factor=getattr(model, '_loss_normalizing_factor', None),
       default_decoder_params=getattr(model, '_default_decoder_params', None),
       draft_module=draft_module, draft_checkpoint_path=draft_checkpoint_path, gamma=gamma,
-      temperature=temperature, topk=topk, topp=topp)
+      temperature=temperature, topk=topk, topp=topp, verification=verification,
+      draft_threshold=draft_threshold, threshold_rule=threshold_rule, lenience=lenience)

@@ -181,3 +181,29 @@ def test_restore_fills_the_draft_from_its_checkpoint(trained, tmp_path, layout):
   params = _restored(model, checkpoint, trained['draft'])
   _assert_equal(params['draft'], draft)
   _assert_equal(_target(params), target)
+
+
+def test_the_verification_rule_reaches_the_decode(model_and_params):
+  """The model's verification rule (the decode config's names) is the one its decode runs,
+  and a bad rule is refused when the model is built, before any restore."""
+  from specjax.t5x import decoding  # pylint: disable=import-outside-toplevel
+  from specjax.t5x import model as speculative  # pylint: disable=import-outside-toplevel
+  _, params = model_and_params
+  batch, rng = tiny_t5x.batch(B, S, L), jax.random.PRNGKey(3)
+  build = lambda **rule: speculative.SpeculativeEncoderDecoderModel(
+      tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_module=tiny_t5x.DRAFT,
+      gamma=3, temperature=1.0, **rule)
+  block, _ = build(verification='block').predict_batch_with_aux(params, batch, rng=rng)
+  token, _ = build().predict_batch_with_aux(params, batch, rng=rng)
+  target, draft = build().specjax_models(params)
+  target_params, draft_params = decoding.split_params(params, 'draft')
+  ref = decoding.predict(target, target_params, draft, draft_params,
+                         batch['encoder_input_tokens'], max_decode_len=L, gamma=3,
+                         sampling=decoding.sampling_from_t5x(temperature=1.0), rng=rng,
+                         verification='block')
+  np.testing.assert_array_equal(np.asarray(block), np.asarray(ref.decodes[:, -1]))
+  assert not np.array_equal(np.asarray(block), np.asarray(token))
+  for rule, match in ((dict(lenience=2.0), 'lenience must be in'),
+                      (dict(verification='tree'), 'verification must be one of')):
+    with pytest.raises(ValueError, match=match):
+      build(**rule)
