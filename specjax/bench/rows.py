@@ -15,6 +15,7 @@ from typing import Callable, Dict, Optional
 import jax
 import numpy as np
 
+from specjax.bench import compiled
 from specjax.bench import decodes, timing
 from specjax.core import api, theory
 from specjax.core.sampling import SamplingConfig
@@ -173,9 +174,8 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     its factors, the interleaved timings (t_1, c, v, model_calls_seconds, ...), compile
     time and traces, and for greedy rows whether the output equals the target's.
   """
-  # Each row compiles its own programs: free the earlier rows' first, or a long run's
-  # compiled code exhausts the process's memory maps (LLVM: "Unable to allocate section").
-  jax.clear_caches()
+  # A long run's compiled code would exhaust the process's memory maps: free it past a bound.
+  compiled.free_if_needed()
   spec_fn, base_fn = decode_fns(target, tp, draft, dp, gamma, sampling, max_decode_len,
                                 seed, slots, **rule)
   shapes = decodes.one_per_shape(batches)

@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import jax
 import numpy as np
 
+from specjax.bench import compiled
 from specjax.bench import report
 from specjax.bench import rows as bench_rows
 from specjax.core import api
@@ -104,7 +105,7 @@ def gamma_auto_runs(texts: Sequence[str], batch_sizes: Sequence[int], job_fields
     with open(src, 'w', encoding='utf-8') as f:
       f.write('\n'.join(texts) + '\n')
     for size in batch_sizes:
-      jax.clear_caches()  # as each row does (rows.speculative_row)
+      compiled.free_if_needed()  # as each row does (rows.speculative_row)
       summary = decode_job.run(decode_job.DecodeJob(
           input=src, gamma='auto', batch_size=size, temperature=temperature, progress=False,
           input_format='text', **job_fields))
