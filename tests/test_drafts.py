@@ -96,12 +96,11 @@ def test_copy_drafts_sample_the_target_exactly(draft_kind):
   assert 0.05 < out.stats.acceptance_rate < 0.95
 
 
-def test_copy_and_hybrid_drafts_are_greedy_exact_on_demo_test_lines():
+def test_copy_and_hybrid_drafts_are_greedy_exact_on_demo_test_lines(demo_pair):
   from specjax import checkpoints
-  from specjax.checkpoints.registry import ASSETS, DEFAULT_CHECKPOINTS, DEMO_PREFIX, DEMO_VOCAB
+  from specjax.checkpoints.registry import ASSETS, DEMO_PREFIX, DEMO_VOCAB
   from specjax.job.inputs import pad_to_bucket, tokenize
-  target, tp = checkpoints.load_model('demo_target', DEFAULT_CHECKPOINTS['demo_target'])
-  draft, dp = checkpoints.load_model('demo_draft', DEFAULT_CHECKPOINTS['demo_draft'])
+  target, tp, draft, dp = demo_pair
   vocab = checkpoints.load_vocab(DEMO_VOCAB)
   rows = [json.loads(line) for line in (pathlib.Path(ASSETS) / 'test.jsonl').open()][:48]
   inputs = pad_to_bucket(tokenize(vocab, [DEMO_PREFIX + r['en'] for r in rows], 64, True)[0])
@@ -244,11 +243,9 @@ def test_verify_scores_only_as_far_as_the_longest_proposal():
     np.testing.assert_allclose(after, ref, atol=1e-5)
 
 
-def test_dynamic_gamma_t5_greedy_equals_the_target_alone_with_refill():
-  from specjax.models.t5 import T5  # pylint: disable=import-outside-toplevel
-  from specjax.models.t5_config import t5_tiny, t5_tiny_draft  # pylint: disable=import-outside-toplevel
-  target, draft = T5(t5_tiny), T5(t5_tiny_draft)
-  tp, dp = target.init(jax.random.PRNGKey(0)), draft.init(jax.random.PRNGKey(1))
+def test_dynamic_gamma_t5_greedy_equals_the_target_alone_with_refill(tiny_t5_pair):
+  from specjax.models.t5_config import t5_tiny  # pylint: disable=import-outside-toplevel
+  target, tp, draft, dp = tiny_t5_pair()
   inputs = jax.random.randint(jax.random.PRNGKey(3), (5, 7), 2, t5_tiny.vocab_size)
   ref = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=10)
   for threshold in (0.1, 0.5):

@@ -6,17 +6,7 @@ import pytest
 
 import specjax
 from specjax.models.markov import MarkovModel
-from specjax.models.t5 import T5
-from specjax.models.t5_config import t5_tiny, t5_tiny_draft
 from stats_util import chi_square_pvalue, enumerate_markov
-
-
-def _pair(eos_bias=0.9):
-  target, draft = T5(t5_tiny), T5(t5_tiny_draft)
-  tp, dp = target.init(jax.random.PRNGKey(0)), draft.init(jax.random.PRNGKey(1))
-  kernel = tp['decoder']['logits_dense']['kernel']  # rows stop at different steps
-  tp['decoder']['logits_dense']['kernel'] = kernel.at[:, 1].add(eos_bias)
-  return target, tp, draft, dp
 
 
 def _inputs(n=10, width=8, seed=6):
@@ -29,8 +19,8 @@ def _inputs(n=10, width=8, seed=6):
   return rows
 
 
-def test_greedy_stream_equals_each_inputs_own_decode():
-  target, tp, draft, dp = _pair()
+def test_greedy_stream_equals_each_inputs_own_decode(tiny_t5_pair):
+  target, tp, draft, dp = tiny_t5_pair(0.9)
   inputs = _inputs()
   ref = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=12)
   assert len(set(np.asarray(ref.lengths).tolist())) >= 5  # rows finish apart
@@ -58,8 +48,8 @@ def test_greedy_stream_equals_each_inputs_own_decode():
   np.testing.assert_array_equal(alone.stats.target_calls, ref.lengths)
 
 
-def test_only_the_first_num_inputs_are_decoded():
-  target, tp, draft, dp = _pair()
+def test_only_the_first_num_inputs_are_decoded(tiny_t5_pair):
+  target, tp, draft, dp = tiny_t5_pair(0.9)
   inputs = _inputs()
   ref = specjax.autoregressive_decode(target, tp, inputs[:5], max_decode_len=12)
   out = specjax.speculative_decode(target, tp, draft, dp, inputs, slots=3, gamma=2,
@@ -69,8 +59,8 @@ def test_only_the_first_num_inputs_are_decoded():
   assert not np.asarray(out.stats.target_calls[5:]).any()
 
 
-def test_bad_arguments():
-  target, tp, draft, dp = _pair()
+def test_bad_arguments(tiny_t5_pair):
+  target, tp, draft, dp = tiny_t5_pair(0.9)
   with pytest.raises(ValueError, match='slots'):
     specjax.speculative_decode(target, tp, draft, dp, _inputs(), slots=0, gamma=2,
                             max_decode_len=4)

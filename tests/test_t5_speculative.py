@@ -5,26 +5,14 @@ import numpy as np
 
 import specjax
 from specjax.core import sampling
-from specjax.models.t5 import T5
-from specjax.models.t5_config import t5_tiny, t5_tiny_draft
 from stats_util import chi_square_pvalue
 
 INPUTS = np.array([[5, 9, 12, 7, 3, 1, 0, 0], [8, 4, 1, 0, 0, 0, 0, 0],
                    [30, 21, 17, 11, 6, 25, 19, 1]], np.int32)  # lengths 6, 3, 8 with EOS
 
 
-def _pair(eos_bias=0.9):
-  target, draft = T5(t5_tiny), T5(t5_tiny_draft)
-  tp = target.init(jax.random.PRNGKey(0))
-  dp = draft.init(jax.random.PRNGKey(1))
-  # make EOS likely enough that rows stop at different steps
-  kernel = tp['decoder']['logits_dense']['kernel']
-  tp['decoder']['logits_dense']['kernel'] = kernel.at[:, 1].add(eos_bias)
-  return target, tp, draft, dp
-
-
-def test_t5_greedy_speculative_equals_target():
-  target, tp, draft, dp = _pair()
+def test_t5_greedy_speculative_equals_target(tiny_t5_pair):
+  target, tp, draft, dp = tiny_t5_pair(0.9)
   ref = specjax.autoregressive_decode(target, tp, INPUTS, max_decode_len=12)
   assert len(set(np.asarray(ref.lengths).tolist())) == 3  # three different stop steps
   for gamma in (1, 3, 5):
@@ -57,8 +45,8 @@ def _first_two_probs(target, tp, inputs, config):
   return probs
 
 
-def test_t5_sampling_follows_target_on_first_two_tokens():
-  target, tp, draft, dp = _pair(eos_bias=0.5)
+def test_t5_sampling_follows_target_on_first_two_tokens(tiny_t5_pair):
+  target, tp, draft, dp = tiny_t5_pair(0.5)
   config = specjax.SamplingConfig(temperature=1.0)
   n = 20_000
   row = jnp.asarray(INPUTS[1])

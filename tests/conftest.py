@@ -1,0 +1,65 @@
+"""Models that many test files decode with, built once per test process.
+
+Each fixture hands out params a test may change (as the tiny pair's EOS bias does) without
+changing them for the next: the trees are copied, their arrays (immutable) shared.
+"""
+import jax
+import pytest
+
+
+def _fresh(params):
+  return jax.tree.map(lambda x: x, params)
+
+
+def _bundled(target_name: str, draft_name: str):
+  from specjax import checkpoints  # pylint: disable=import-outside-toplevel
+  from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS  # pylint: disable=import-outside-toplevel
+  target, tp = checkpoints.load_model(target_name, DEFAULT_CHECKPOINTS[target_name])
+  draft, dp = checkpoints.load_model(draft_name, DEFAULT_CHECKPOINTS[draft_name])
+  return target, tp, draft, dp
+
+
+@pytest.fixture(scope='session')
+def _demo_pair():
+  return _bundled('demo_target', 'demo_draft')
+
+
+@pytest.fixture(scope='session')
+def _manpages_pair():
+  return _bundled('manpages_target', 'manpages_draft')
+
+
+@pytest.fixture
+def demo_pair(_demo_pair):
+  """(target, params, draft, params): the bundled translation pair."""
+  target, tp, draft, dp = _demo_pair
+  return target, _fresh(tp), draft, _fresh(dp)
+
+
+@pytest.fixture
+def manpages_pair(_manpages_pair):
+  """(target, params, draft, params): the bundled man-page summarisation pair."""
+  target, tp, draft, dp = _manpages_pair
+  return target, _fresh(tp), draft, _fresh(dp)
+
+
+@pytest.fixture(scope='session')
+def _tiny_t5_params():
+  from specjax.models.t5 import T5  # pylint: disable=import-outside-toplevel
+  from specjax.models.t5_config import t5_tiny, t5_tiny_draft  # pylint: disable=import-outside-toplevel
+  target, draft = T5(t5_tiny), T5(t5_tiny_draft)
+  return target, target.init(jax.random.PRNGKey(0)), draft, draft.init(jax.random.PRNGKey(1))
+
+
+@pytest.fixture
+def tiny_t5_pair(_tiny_t5_params):
+  """pair(eos_bias) -> (target, params, draft, params): random t5_tiny (key 0) and
+  t5_tiny_draft (key 1), EOS made likelier by eos_bias so that rows stop at different
+  steps."""
+  def pair(eos_bias: float = 0.0):
+    target, tp, draft, dp = _tiny_t5_params
+    tp = _fresh(tp)
+    kernel = tp['decoder']['logits_dense']['kernel']
+    tp['decoder']['logits_dense']['kernel'] = kernel.at[:, 1].add(eos_bias)
+    return target, tp, draft, _fresh(dp)
+  return pair
