@@ -1,6 +1,7 @@
 """The catalogue of docs/reliability.md: bad inputs given to `python -m specjax.decode`, and
 what each gets. `python tests/reliability_cases.py` runs every case and writes the doc;
-tests/test_reliability_doc.py runs them again and checks the doc says what they do.
+tests/test_reliability_doc.py runs them again, checks that each gets the outcome it writes
+out, and that the doc says the same.
 """
 import contextlib
 import dataclasses

@@ -1,5 +1,7 @@
-"""`python -m specjax.bench --paper-table --quick` end to end (one run: its JSON, markdown and
-plot), and the report's sentences computed from hand-made cells."""
+"""`python -m specjax.bench --paper-table --quick` end to end (one run: its JSON, markdown,
+plot and stdout), and the report's sentences and tables from hand-made cells."""
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -7,29 +9,41 @@ import sys
 
 import pytest
 
-from specjax.bench import paper_report, paper_table
+from specjax.bench import cli, paper_report, paper_table
 from specjax.speed import paper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = 't5_tiny_draft'  # the draft model of --quick
 PAPER_HEADING = '## The paper\'s published cells'
+TITLES = {'ende': 'EnDe (gettext messages)', 'summarize': 'summaries'}
 
 
 @pytest.fixture(scope='module')
 def table(tmp_path_factory):
-  """One --quick run of the table: (its JSON, its markdown, the plot's path, its stdout)."""
+  """One --quick run of the table, in this process: (its JSON, its markdown, the plot's
+  path, its stdout)."""
   out = tmp_path_factory.mktemp('paper_table')
   paths = {k: out / f'table.{k}' for k in ('json', 'md', 'png')}
-  env = dict(os.environ, JAX_PLATFORMS='cpu',
-             PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get('PYTHONPATH')]
-                                                  if p]))
-  proc = subprocess.run(
-      [sys.executable, '-m', 'specjax.bench', '--paper-table', '--quick', '--rounds', '1',
-       '--json', str(paths['json']), '--markdown', str(paths['md']), '--plot',
-       str(paths['png'])], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stderr[-4000:]
+  stdout = io.StringIO()
+  with contextlib.redirect_stdout(stdout):
+    code = cli.main(['--paper-table', '--quick', '--rounds', '1', '--json', str(paths['json']),
+                     '--markdown', str(paths['md']), '--plot', str(paths['png'])])
+  assert code == 0
   return (json.loads(paths['json'].read_text()), paths['md'].read_text(), paths['png'],
-          proc.stdout)
+          stdout.getvalue())
+
+
+def test_python_m_bench_runs_main_and_exits_with_its_code():
+  """The entry point itself, once: a task it does not know is a one-line error, exit 2."""
+  proc = subprocess.run(
+      [sys.executable, '-m', 'specjax.bench', '--paper-table', '--paper-tasks', 'nosuch'],
+      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=os.pathsep.join(
+          [ROOT] + [p for p in [os.environ.get('PYTHONPATH')] if p])),
+      capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 2 and proc.stdout == ''
+  assert proc.stderr.strip() == (
+      "error: --paper-tasks: 'nosuch' is not a bundled task (ende, manpages); pass "
+      'NAME=FILE for your own inputs')
 
 
 def test_json_has_every_task_draft_and_temperature(table):
@@ -92,7 +106,10 @@ def test_markdown_shows_our_cells_and_the_papers_labelled_apart(table):
   assert '![tokens per call' in ours and 'table.png' in ours
   for t in result['tasks']:
     for x in result['temperatures']:
-      assert paper_report.copy_sentence(result, t['task'], x) in ours
+      copy = _at_largest_gamma(result, t['task'], 'copy', x)
+      bigram = _at_largest_gamma(result, t['task'], 'bigram', x)
+      assert (f'{TITLES[t["task"]]}, T={x:g}, gamma 2: `copy` yields {copy:.2f} tokens per '
+              f'target call, {copy - bigram:+.2f} against the bigram\'s {bigram:.2f}') in ours
 
 
 def test_plot_is_a_png(table):
@@ -101,8 +118,29 @@ def test_plot_is_a_png(table):
   assert os.path.getsize(table[2]) > 10_000
 
 
+def _at_largest_gamma(result, task, draft, temperature):
+  """Tokens per call of a cell's row at the sweep's largest gamma, read from the JSON."""
+  (cell,) = [c for c in result['cells'] if (c['task'], c['draft'], c['temperature']) ==
+             (task, draft, temperature)]
+  (row,) = [r for r in cell['rows'] if r['gamma'] == max(result['gammas'])]
+  return row['tokens_per_call']
+
+
 def test_stdout_has_the_tables(table):
   result, stdout = table[0], table[3]
+  lines = stdout.strip().split('\n')
+  header = ('| draft | T | best gamma | alpha | tokens / call | speedup | loop speedup | '
+            'predicted | block: tokens / call | block: speedup | identical to target |')
+  assert [l for l in lines if not l.startswith('|')][:1] == ['EnDe (gettext messages): t5_tiny']
+  assert lines.count(header) == len(result['tasks'])
+  for c in result['cells']:
+    b = c['block']
+    row = (f'| {c["draft"]} | {c["temperature"]:g} | {c["gamma"]} | {c["alpha"]:.3f} | '
+           f'{c["tokens_per_call"]:.2f} | {c["speedup"]:.2f}x |')
+    assert sum(l.startswith(row) for l in lines) >= 1, row
+    if b:
+      assert any(l.startswith(row) and l.endswith(
+          f'| {b["tokens_per_call"]:.2f} | {b["speedup"]:.2f}x |  |') for l in lines), row
   assert stdout.strip() == paper_report.format_text(result).strip()
 
 
@@ -170,3 +208,25 @@ def test_task_table_marks_differences_and_missing_figures():
   assert rows[1][:4] == ['small', '0', '4', 'n/a'] and rows[1][-1] == 'NO'
   assert rows[1][-3:-1] == ['= token', '= token']
   assert rows[2][-3:] == ['1.50', '1.25x', '']
+
+
+def test_format_text_of_hand_made_cells():
+  result = _result({k: DRAFTS[k] for k in ('small', 'bigram', 'copy')})
+  result['cells'][0]['loop_speedup'] = 1.6
+  result['cells'][3]['block'] = {'tokens_per_call': 1.5, 'speedup': 1.25}
+  assert paper_report.format_text(result) == '\n'.join([
+      'man-page summaries: t',
+      '| draft | T | best gamma | alpha | tokens / call | speedup | loop speedup | predicted '
+      '| block: tokens / call | block: speedup | identical to target |',
+      '|---|---|---|---|---|---|---|---|---|---|---|',
+      '| small | 0 | 4 | 0.500 | 1.75 | 1.40x | 1.60x | 1.20x | = token | = token | yes |',
+      '| bigram | 0 | 4 | 0.500 | 1.25 | 1.40x | n/a | 1.20x | = token | = token | yes |',
+      '| copy | 0 | 4 | 0.500 | 3.00 | 1.40x | n/a | 1.20x | = token | = token | yes |',
+      '| small | 1 | 4 | 0.500 | 1.00 | 1.40x | n/a | 1.20x | 1.50 | 1.25x |  |',
+      '| bigram | 1 | 4 | 0.500 | 1.00 | 1.40x | n/a | 1.20x | = token | = token |  |',
+      '| copy | 1 | 4 | 0.500 | 2.00 | 1.40x | n/a | 1.20x | = token | = token |  |',
+      '',
+      'man-page summaries, T=0, gamma 4: `copy` yields 3.00 tokens per target call, +1.75 '
+      'against the bigram\'s 1.25 and +1.25 (1.71x) against the draft model\'s 1.75.',
+      'man-page summaries, T=1, gamma 4: `copy` yields 2.00 tokens per target call, +1.00 '
+      'against the bigram\'s 1.00 and +1.00 (2.00x) against the draft model\'s 1.00.'])

@@ -1,16 +1,93 @@
-"""docs/reliability.md says what each bad input really gets (tests/reliability_cases.py)."""
+"""docs/reliability.md says what each bad input really gets (tests/reliability_cases.py):
+every case's outcome is checked against the one written out here, and so is the doc."""
 import pathlib
 import re
+
+import pytest
 
 import reliability_cases
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
+# What each case of reliability_cases.CASES gets, written out: the doc must say the same.
+EXPECTED = {
+    'a text line that starts with "{"': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: {0} not fou...", '
+        '"input_line": 1}, {"inputs": "translate English to German: Open the fi...", '
+        '"input_line": 2}]`'),
+    'JSONL: every line a JSON object with "inputs"; other fields are carried through': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", "id": '
+        '7, "input_line": 1}, {"inputs": "translate English to German: Print the p...", "id": '
+        '8, "input_line": 2}]`'),
+    'JSON-looking lines mixed with text: every line is a text': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: {\\"inputs\\": ...", '
+        '"input_line": 1}, {"inputs": "translate English to German: Print the p...", '
+        '"input_line": 2}]`'),
+    '--input-format jsonl with a line that is not JSON': (
+        'exit 2: `error: in.txt:2: not a JSON object with a string "inputs" field; fix the line '
+        'or pass --input-format text`'),
+    'bytes that are not UTF-8': (
+        'exit 2: `error: in.txt:2: byte 0xff at column 7 is not UTF-8; fix the file or pass '
+        '--errors replace`'),
+    'bytes that are not UTF-8, --errors replace': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", '
+        '"input_line": 1}, {"inputs": "translate English to German: Print � pag...", '
+        '"input_line": 2}]`'),
+    'empty and blank lines': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", '
+        '"input_line": 2}, {"inputs": "translate English to German: Print the p...", '
+        '"input_line": 5}]`'),
+    'a 10,000-character line': (
+        'exit 2: `error: input line 2 has 10006 tokens with EOS, more than --max-input-len 64; '
+        'raise it or pass --truncate-inputs`'),
+    'a 10,000-character line, --truncate-inputs': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", '
+        '"input_line": 1}, {"inputs": "translate English to German: aaaaaaaaaaa...", '
+        '"input_line": 2, "truncated": true}]`'),
+    'an empty file': (
+        'exit 2: `error: input in.txt has no examples; pass --input with one text per line`'),
+    'a file that does not exist': (
+        'exit 2: `error: input file /nonexistent/in.txt does not exist; pass --input FILE (or - '
+        'for stdin)`'),
+    'inputs on standard input (--input -)': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", '
+        '"input_line": 1}, {"inputs": "translate English to German: Print the p...", '
+        '"input_line": 2}]`'),
+    'weights that make the logits NaN for one input (line 2)': (
+        "exit 2: `error: input line 2: the model's logits were NaN or infinite in 6 of its "
+        "calls, so its output would not be the model's; likely a float overflow (T5 1.1 in "
+        'bfloat16 or float16: pass --dtype float32) or corrupt weights (check the checkpoint)`'),
+    'an --output written by a run with another seed': (
+        'exit 2: `error: out.jsonl was written by a run with another seed and gamma; pass '
+        'another --output, or delete it to start over`'),
+    'an --output that another program wrote': (
+        'exit 2: `error: notes.jsonl exists but has no notes.jsonl.run.json, so it cannot be '
+        'resumed; pass another --output or delete the file`'),
+    '--gamma 0': (
+        'exit 2: `error: gamma must be an integer >= 1 (draft tokens per target call), got 0; '
+        'or --gamma auto, which may pick 0 (the target alone)`'),
+    '--top-p 1.5 with sampling': (
+        'exit 2: `error: top_p must be in (0, 1] (1 keeps all), got 1.5`'),
+    '--max-decode-len 0': (
+        'exit 2: `error: max_decode_len must be an integer >= 1, got 0`'),
+}
 
-def test_every_case_gets_what_the_doc_says():
-  doc = reliability_cases.DOC.read_text()
-  assert doc == reliability_cases.render(), (
-      'docs/reliability.md is stale: run python tests/reliability_cases.py')
+
+def test_every_case_has_its_expectation_in_order():
+  assert [case.name for case in reliability_cases.CASES] == list(EXPECTED)
+
+
+@pytest.mark.parametrize('case', reliability_cases.CASES, ids=lambda case: case.name)
+def test_each_case_gets_what_is_written_here(case):
+  assert reliability_cases.outcome(case) == EXPECTED[case.name]
+
+
+def test_the_doc_says_what_each_case_gets():
+  rows = ''.join(f'| {name} | {what} |\n' for name, what in EXPECTED.items())
+  quick = ' '.join(reliability_cases.QUICK)
+  assert reliability_cases.DOC.read_text() == (
+      reliability_cases.HEADER.format(quick=quick) + rows + reliability_cases.EXACTNESS), (
+          'docs/reliability.md is stale: run python tests/reliability_cases.py')
 
 
 def test_every_exactness_claim_names_tests_that_exist():
