@@ -9,8 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip('torch')
-transformers = pytest.importorskip('transformers')
+import hf_for_tests
+
+torch = hf_for_tests.require('torch')
+transformers = hf_for_tests.require('transformers')
 
 import specjax  # noqa: E402
 from specjax.checkpoints import hf_files, hf_lm  # noqa: E402

@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip('torch')
-transformers = pytest.importorskip('transformers')
+import hf_for_tests
+
+torch = hf_for_tests.require('torch')
+transformers = hf_for_tests.require('transformers')
 
 from specjax.checkpoints import hf_t5  # noqa: E402
 from specjax.models import t5_layers  # noqa: E402

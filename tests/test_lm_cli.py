@@ -5,8 +5,10 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip('transformers')
-tokenizers = pytest.importorskip('tokenizers')
+import hf_for_tests
+
+hf_for_tests.require('transformers')
+tokenizers = hf_for_tests.require('tokenizers')
 
 from specjax import checkpoints, decode  # noqa: E402
 from specjax.job import inputs as inputs_lib  # noqa: E402

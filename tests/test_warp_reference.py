@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from specjax.core.sampling import SamplingConfig, warp_all
+import hf_for_tests
 
 
 def _warp(logits, **kw):
@@ -50,8 +51,8 @@ def test_temperature_comes_before_top_p():
     (1.0, 1, 0.5),
 ])
 def test_matches_hugging_face_warpers(temperature, top_k, top_p):
-  torch = pytest.importorskip('torch')
-  generation = pytest.importorskip('transformers.generation.logits_process')
+  torch = hf_for_tests.require('torch')
+  generation = hf_for_tests.require('transformers.generation.logits_process')
   logits = np.random.default_rng(7).normal(size=(64, 512)).astype(np.float32) * 3.0
   warpers = [generation.TemperatureLogitsWarper(temperature)]
   if top_k:

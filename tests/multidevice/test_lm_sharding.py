@@ -16,6 +16,7 @@ from specjax.models.lm import CausalLM
 from specjax.models.lm_config import LMConfig
 from specjax.parallel import mesh as mesh_lib
 from specjax.parallel import rules as axis_rules
+import hf_for_tests
 
 GAMMA, MAX_LEN = 3, 10
 RNG = jax.random.PRNGKey(3)
@@ -91,7 +92,7 @@ def test_params_and_kv_caches_shard_over_heads_and_kv_heads(pair_and_inputs):
 def test_a_llama_directory_loads_onto_the_mesh_as_the_rules_say(tmp_path):
   """--target DIR --mesh data=2,model=4: the config comes with the checkpoint, the params
   are then placed by the rules (query and KV heads over 'model')."""
-  pytest.importorskip('transformers')
+  hf_for_tests.require('transformers')
   from lm_for_tests import hf_model, write_tokenizer_json  # pylint: disable=import-outside-toplevel
   from specjax.job import decode_job, pair  # pylint: disable=import-outside-toplevel
   hf_model('llama', num_attention_heads=8, num_key_value_heads=4).save_pretrained(
