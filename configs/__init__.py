@@ -15,7 +15,7 @@ import dataclasses
 import shlex
 from typing import Dict, Optional, Tuple
 
-from specjax.job import flags
+from specjax import flags
 from specjax.job.config import DecodeConfig
 from specjax.speed.paper import TABLE2
 

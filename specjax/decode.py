@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from specjax.parallel import mesh as mesh_lib
 from specjax.job import task_data
-from specjax.job import flags
+from specjax import flags
 from specjax.job.config import DecodeConfig
 from specjax.job.decode_job import run
 from specjax.job.output import open_output

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from specjax.job import flags
+from specjax import flags
 from specjax.job.config import DecodeConfig
 from specjax.job.task_eval import evaluate
 

@@ -2,7 +2,8 @@
 
 Low to high (docs/design.md says what each part holds):
 
-  0. models, parallel        the networks behind the model contract; meshes, sharding rules
+  0. models, parallel, flags the networks behind the model contract; meshes, sharding rules;
+                            command-line flags derived from a config's fields
   1. core, checkpoints       the decode (a mesh's rules from parallel); weights into models
   2. demo, speed, t5x        bundled pairs' data; costs and plans; the decode inside T5X
   3. tasks                   seqio tasks over the bundled corpora
@@ -19,7 +20,7 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'specjax'
 
 LAYERS = (
-    ('models', 'parallel'),
+    ('models', 'parallel', 'flags'),
     ('core', 'checkpoints'),
     ('demo', 'speed', 't5x'),
     ('tasks',),
@@ -28,7 +29,7 @@ LAYERS = (
     ('decode', 'evaluate', 'plan', '__init__'),
 )
 # Top-level modules that belong to another part.
-PART_OF = {'plan_sections': 'plan'}
+PART_OF = {'plan_sections': 'plan', 'plan_config': 'plan'}
 LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 
 

@@ -1,6 +1,6 @@
 """The one config of a decode run: every flag of `python -m specjax.decode` is a field here.
 
-`DecodeConfig` is frozen; the command line (`specjax.job.flags.add_flags`), the decode job,
+`DecodeConfig` is frozen; the command line (`specjax.flags.add_flags`), the decode job,
 its resume fingerprint, `python -m specjax.evaluate`, the bench, the paper's run configs
 (configs/) and the T5X route's verification rule all read it, so a new setting is one field.
 """
@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 from specjax.core.rule import THRESHOLD_RULES, VERIFICATIONS, VerificationRule
 from specjax.core.sampling import SamplingConfig
-from specjax.job.flags import flag
+from specjax.flags import flag
 from specjax.job.inputs import PAD_MODES
 from specjax.job.reader import INPUT_FORMATS
 
