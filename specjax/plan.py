@@ -37,7 +37,8 @@ import jax
 
 jax.config.update('jax_platforms', 'cpu')  # plan on the host even on a TPU VM
 
-from specjax import plan_sections  # pylint: disable=wrong-import-position
+from specjax import plan_config  # pylint: disable=wrong-import-position
+from specjax import plan_sections
 from specjax.parallel import mesh as mesh_lib
 from specjax.parallel import rules as axis_rules
 from specjax.speed import memory_plan
@@ -93,39 +94,8 @@ two cores' peaks.
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog='python -m specjax.plan', description=__doc__.split('\n')[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument('--target', default='t5_xxl', help='target registry name')
-  p.add_argument('--draft', default='t5_small', help='draft registry name')
-  p.add_argument('--gamma', type=int, help='draft tokens per iteration (default 7 for T5, '
-                 f'{plan_sections.LM_GAMMA} for a decoder-only pair)')
-  p.add_argument('--input-len', type=int, help='encoder length S, or a decoder-only pair\'s '
-                 f'prompt width (default 128 for T5, {plan_sections.LM_PROMPT} decoder-only)')
-  p.add_argument('--dtype', default='bfloat16', help='activation and cache dtype')
-  p.add_argument('--temperature', type=float, default=1.0, help='0 plans greedy')
-  p.add_argument('--quick', action='store_true', help='1 and 4 chips, B 1 and 8, L 128')
-  p.add_argument('--tpu', action='store_true', help='also compile for TPU v4 with libtpu '
-                 '(pip install libtpu; no TPU needed)')
-  p.add_argument('--speed', action='store_true', help='predict TPU v4 speed from the '
-                 'compiled programs\' cost analysis (docs/tpu_speed.md; needs libtpu)')
-  p.add_argument('--cpu', action='store_true', help='with --speed: compile for this CPU '
-                 '(a check of the arithmetic; --quick does so where libtpu is absent)')
-  p.add_argument('--targets', help='with --speed: plan only these targets of the grid '
-                 '(comma-separated; for runs in parallel, each with its own --output)')
-  p.add_argument('--chips', type=int, help='with --speed: plan only the meshes of this many '
-                 'chips (1 or 4)')
-  p.add_argument('--merge', help='with --speed: add the rows of other runs\' .json files '
-                 '(comma-separated; runs of other --targets or --chips) before this one')
-  p.add_argument('--render', action='store_true', help='with --speed: write the report from '
-                 'the rows already measured, compiling nothing')
-  p.add_argument('--before', default='docs/tpu_speed_before.json', help='with --speed: '
-                 'excess-traffic rows of the previous code, shown beside the new ones')
-  p.add_argument('--output', help='markdown file to write (default docs/scale.md, with '
-                 '--speed docs/tpu_speed.md); the rows also go to the same path with .json, '
-                 'as they are measured')
-  p.add_argument('--resume', action='store_true', help='keep the rows of that .json and '
-                 'plan only the missing cells (after an interrupted run)')
-  return p.parse_args(argv)
+  """The plan's flags (`specjax.plan_config`), parsed."""
+  return plan_config.parser(__doc__.split('\n')[0]).parse_args(argv)
 
 
 def _header(args, grid, argv) -> str:

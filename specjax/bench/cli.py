@@ -24,6 +24,7 @@ import numpy as np
 
 from specjax.bench import paper_report, paper_table, peers, report, variants
 from specjax.bench import rows as bench_rows
+from specjax.bench.config import add_bench_flags
 from specjax.job.inputs import pad_to_bucket, tokenize
 from specjax.checkpoints.registry import bundled
 from specjax.job.decode_job import DecodeJob, load_pair
@@ -32,77 +33,11 @@ from specjax.core.sampling import SamplingConfig
 from specjax.speed import timing
 
 
-
 def parse_args(argv=None) -> argparse.Namespace:
+  """The bench's flags (`specjax.bench.config`), parsed."""
   p = argparse.ArgumentParser(prog='python -m specjax.bench', description=__doc__.split('\n')[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument('--target', default='demo_target', help='registry name or checkpoint '
-                 'directory (Hugging Face Llama, GPT-2 or T5, T5X, orbax)')
-  p.add_argument('--draft', default='demo_draft', help='registry name or checkpoint directory')
-  p.add_argument('--target-checkpoint')
-  p.add_argument('--draft-checkpoint')
-  p.add_argument('--vocab')
-  p.add_argument('--input', help='JSONL with "inputs" or "en" fields, or plain lines '
-                 '(default: the test split of a bundled pair, demo_* or manpages_*)')
-  p.add_argument('--prefix', default=None, help='task prefix (default: the bundled pair\'s, '
-                 '"translate English to German: " or "summarize: ")')
-  p.add_argument('--num-examples', type=int, default=64)
-  p.add_argument('--select', choices=('first', 'longest'), default='first',
-                 help='which --num-examples lines of --input: the first, or the longest '
-                 '(longer outputs lose less to the last block, which ends inside EOS)')
-  p.add_argument('--batch-size', type=int, default=1, help='1 is the paper\'s setting')
-  p.add_argument('--refill', action='store_true', help='decode all inputs as one stream '
-                 'through --batch-size rows, each taking the next input as soon as it '
-                 'finishes (both decodes); default: fixed batches, each running until its '
-                 'slowest row is done')
-  p.add_argument('--gammas', default='1-8', help='e.g. 1-8 or 1,2,4')
-  p.add_argument('--temperatures', default='0,1')
-  p.add_argument('--max-input-len', type=int, default=64)
-  p.add_argument('--max-decode-len', type=int, default=48)
-  p.add_argument('--pad-inputs', default='bucket', choices=('bucket', 'max'),
-                 help='as in python -m specjax.decode: each batch padded to a power of two '
-                 'that fits it, or every batch to --max-input-len')
-  p.add_argument('--peers', default='', help='"hf": transformers greedy + assisted generation')
-  p.add_argument('--json', dest='json_path', help='write the results as one JSON object')
-  p.add_argument('--plot', help='write a PNG of measured and predicted speedup vs gamma')
-  p.add_argument('--markdown', help='write a report (e.g. docs/benchmarks.md)')
-  p.add_argument('--quick', action='store_true', help='tiny random models, 2 gammas: a '
-                 'smoke run of the whole bench')
-  p.add_argument('--rounds', type=int, default=3, help='interleaved timing rounds per row: '
-                 'each figure of a row (both decodes, t_1, v, c, the calls of one iteration) '
-                 'is timed once per round and keeps its fastest')
-  p.add_argument('--seed', type=int, default=0)
-  v = p.add_argument_group('beyond the draft model (rows beside the plain draft\'s)')
-  v.add_argument('--drafts', default='', help='other drafts, e.g. copy,bigram,copy+demo_draft '
-                 '(as --draft of python -m specjax.decode)')
-  v.add_argument('--verifications', default='token', help='token and/or block: rows for the '
-                 'draft model and --drafts under each (block only when sampling)')
-  v.add_argument('--variant-gammas', default='2,4', help='gammas of those rows')
-  v.add_argument('--thresholds', default='', help='per-row dynamic gamma: confidence '
-                 'thresholds of rows at each --threshold-gamma, e.g. 0.3,0.5,0.7')
-  v.add_argument('--threshold-rules', default='token', help='token and/or cumulative: '
-                 'rows of each --thresholds under each rule (python -m specjax.decode '
-                 '--threshold-rule)')
-  v.add_argument('--threshold-gamma', default='8', help='the most a row drafts, or several '
-                 '(e.g. 3,4,6: a row per threshold and gamma)')
-  v.add_argument('--lenience', default='', help='T=1 rows at these lenience values with the '
-                 'BLEU of their outputs, e.g. 1,0.5,0.2 (lossy below 1)')
-  v.add_argument('--gamma-auto-batches', default='', help='python -m specjax.decode --gamma '
-                 'auto at these batch sizes on the same inputs, e.g. 1,8,32')
-  t = p.add_argument_group('the paper\'s table (--paper-table: tasks x drafts x T, best gamma)')
-  t.add_argument('--paper-table', action='store_true', help='run the table instead of the '
-                 'gamma sweep (docs/paper_table.md); --json, --markdown and --plot write it')
-  t.add_argument('--paper-tasks', default='ende,manpages', help='bundled tasks (ende, '
-                 'manpages: their own pairs and test splits) or NAME=FILE (--target and '
-                 '--draft on FILE; NAME ende is translated, any other summarised)')
-  t.add_argument('--paper-drafts', default=','.join(paper_table.DEFAULT_DRAFTS),
-                 help='"model" is the task\'s draft model (--draft for NAME=FILE); '
-                 'other model names add draft models, e.g. model,t5_base,t5_large,copy')
-  t.add_argument('--paper-gammas', default='2,4,6', help='the gammas each cell tries')
-  t.add_argument('--bigram-table', help='bigram .npz of the target (scripts/build_bigram.py)'
-                 ' for NAME=FILE tasks; the bundled tasks ship theirs')
-  t.add_argument('--dtype', help='activation dtype of NAME=FILE pairs, e.g. bfloat16')
-  t.add_argument('--param-dtype', default='float32', help='param dtype of NAME=FILE pairs')
+  add_bench_flags(p)
   return p.parse_args(argv)
 
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS
 from specjax.parallel import mesh as mesh_lib
+from specjax.speed import config as speed_config
 from specjax.speed import paper, programs
 from specjax.speed.predict import GAMMAS, PairCosts, Prediction
 from specjax.speed.roofline import V4_CHIP, Timed
@@ -121,18 +122,8 @@ def _speedup(p: Prediction, alpha: float, gamma: int) -> Optional[float]:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog='python -m specjax.speed',
-                              description='Time the speed plan\'s programs on this device.',
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument('--target', default='t5_xxl', help='target registry name')
-  p.add_argument('--drafts', default='t5_small,t5_base,t5_large', help='comma-separated')
-  p.add_argument('--batch-sizes', default='1,8,32', help='comma-separated B')
-  p.add_argument('--input-len', type=int, default=128, help='S')
-  p.add_argument('--max-decode-len', type=int, default=128, help='L')
-  p.add_argument('--temperatures', default='0,1', help='0 greedy, 1 sampling')
-  p.add_argument('--rounds', type=int, default=10, help='timed calls per program')
-  p.add_argument('--json', default='tpu_speed_measured.json', help='rows and summaries')
-  return p.parse_args(argv)
+  """The flags of `specjax.speed.config.MeasureConfig`, parsed."""
+  return speed_config.parser().parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -10,13 +10,27 @@ Imports no t5x.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from typing import Optional
 
 import jax
 
 from specjax import checkpoints
+from specjax import flags
 from specjax.checkpoints import t5x
 from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS
+from specjax.flags import flag
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+  """The flags of `python -m specjax.t5x.export`; each field is the flag of the same name."""
+
+  model: Optional[str] = flag(None, 'registry name (e.g. demo_target)')
+  checkpoint: Optional[str] = flag(None, 'checkpoint to read (default: the model\'s own)')
+  output: Optional[str] = flag(None, 'T5X model dir to write')
+  step: int = flag(0, 'training step to record')
 
 
 def export(model: str | None, checkpoint: str | None, output: str, step: int = 0) -> str:
@@ -44,14 +58,16 @@ def export(model: str | None, checkpoint: str | None, output: str, step: int = 0
   return t5x.write_t5x_checkpoint(output, jax.device_get(params), step=step)
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+  """The flags of `ExportConfig` (--output required), parsed."""
   p = argparse.ArgumentParser(prog='python -m specjax.t5x.export', description=__doc__.split(
       '\n')[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument('--model', help='registry name (e.g. demo_target)')
-  p.add_argument('--checkpoint', help='checkpoint to read (default: the model\'s own)')
-  p.add_argument('--output', required=True, help='T5X model dir to write')
-  p.add_argument('--step', type=int, default=0, help='training step to record')
-  args = p.parse_args(argv)
+  flags.add_flags(p, ExportConfig, required=('output',))
+  return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
   try:
     print(export(args.model, args.checkpoint, args.output, args.step))
   except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
