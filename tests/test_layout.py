@@ -96,3 +96,57 @@ def test_every_part_has_its_folder_and_files_stay_small():
   long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob('*.py')
           if (n := len(p.read_text().splitlines())) > 400}
   assert not long
+
+
+def _add_argument_calls(tree):
+  """The lines of a module that call `.add_argument(...)`."""
+  return [node.lineno for node in ast.walk(tree)
+          if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr == 'add_argument']
+
+
+def _tool_parsers(monkeypatch):
+  """{tool: (its ArgumentParser, the config classes its flags come from)}."""
+  # pylint: disable=import-outside-toplevel
+  import argparse
+
+  from specjax import decode, evaluate, plan_config
+  from specjax.bench import cli as bench_cli
+  from specjax.bench.config import BenchConfig
+  from specjax.job.config import DecodeConfig
+  from specjax.speed import measure
+  from specjax.speed.config import MeasureConfig
+  from specjax.t5x import export
+  # Each tool's parse_args hands back its parser; specjax.plan itself (which sets up
+  # simulated devices on import) builds its parser with plan_config.parser.
+  monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', lambda self, *a, **k: self)
+  return {
+      'decode': (decode.parse_args([]), [DecodeConfig], []),
+      'evaluate': (evaluate.parse_args([]), [DecodeConfig], ['--task', 't']),
+      'bench': (bench_cli.parse_args([]), [DecodeConfig, BenchConfig], []),
+      'plan': (plan_config.parser(''), [DecodeConfig, plan_config.PlanConfig], []),
+      'speed': (measure.parse_args([]), [MeasureConfig], []),
+      'export': (export.parse_args([]), [export.ExportConfig], ['--output', 'o']),
+  }
+
+
+def test_every_cli_flag_is_a_config_field(monkeypatch):
+  import re  # pylint: disable=import-outside-toplevel
+
+  from specjax import flags  # pylint: disable=import-outside-toplevel
+  # Only the flags module makes flags; every tool derives its parser from config fields.
+  by_hand = {name: lines for name, tree in MODULES.items()
+             if name != 'specjax.flags' and (lines := _add_argument_calls(tree))}
+  assert not by_hand
+  snippet = 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--x", type=int)\n'
+  assert _add_argument_calls(ast.parse(snippet)) == [3]  # the scan sees a hand-made flag
+  assert _add_argument_calls(ast.parse('flags.add_flags(p, Config)\n')) == []
+  for tool, (parser, classes, argv) in _tool_parsers(monkeypatch).items():
+    fields = [f for cls in classes for f in flags.cli_fields(cls)]
+    names = {flags.flag_name(f) for f in fields}
+    dests = {('no_' if f.metadata['negated'] else '') + f.name for f in fields}
+    options = set(re.findall(r'(?<![\w-])--[a-z][\w-]*', parser.format_usage())) - {'--help'}
+    assert options and options <= names, (tool, options - names)
+    args, rest = parser.parse_known_args(argv)
+    assert not rest and set(vars(args)) <= dests, (tool, set(vars(args)) - dests)
+    assert len(vars(args)) == len(options), tool  # one namespace attribute per flag
