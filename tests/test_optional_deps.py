@@ -27,6 +27,16 @@ def test_task_without_seqio_is_a_one_line_error(capsys):
   assert err.startswith('error: ') and '\n' not in err and 'pip install seqio' in err
 
 
+@pytest.mark.skipif(importlib.util.find_spec('seqio') is not None, reason='seqio installed')
+def test_python_m_evaluate_without_seqio_is_a_one_line_error():
+  """The evaluate entry point itself (its runs with seqio are tests/t5x's)."""
+  out = subprocess.run([sys.executable, '-m', 'specjax.evaluate', '--task', 'specjax_demo_ende'],
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2 and out.stdout == ''
+  err = out.stderr.strip()
+  assert err.startswith('error: ') and '\n' not in err and 'pip install seqio' in err
+
+
 def test_hugging_face_tests_skip_or_fail_as_asked(monkeypatch):
   """Without SPECJAX_REQUIRE_HF a missing package skips the test; with it, fails it."""
   missing = 'specjax_no_such_package'
