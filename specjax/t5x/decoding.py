@@ -21,6 +21,8 @@ from specjax.core.sampling import SamplingParams
 from specjax.core.traced import mode_for, traced_decode
 
 PyTree = Any
+# The DecodeStats counters a Prediction sums over its real examples.
+TOTALS = ('generated', 'target_calls', 'accepted', 'drafted', 'beta_sum', 'beta_count')
 # T5X's decoding.MIN_TEMPERATURE: at or below it T5X decodes greedily.
 MIN_TEMPERATURE = 1e-4
 
@@ -45,7 +47,8 @@ def sampling_from_t5x(temperature=0.0, topk=0, topp=0.0, num_decodes: int = 1
 
   Args:
     temperature: a scalar or [B] per example; at or below MIN_TEMPERATURE is greedy.
-    topk: scalar or [B]; 0 keeps every token.
+    topk: scalar or [B]; 0 keeps every token; 1 (temperature_sample's default) is the
+      argmax, decoded greedily.
     topp: scalar or [B]; 0 keeps every token (T5X's convention; specjax's is 1).
     num_decodes: N, rows per example.
 
@@ -55,7 +58,9 @@ def sampling_from_t5x(temperature=0.0, topk=0, topp=0.0, num_decodes: int = 1
   t, k, p = (_per_row(_host_or_traced(v), num_decodes) for v in (temperature, topk, topp))
   xp = lambda v: np if isinstance(v, np.ndarray) else jnp
   return SamplingParams(
-      temperature=xp(t).where(t <= MIN_TEMPERATURE, 0.0, t).astype(np.float32),
+      # topk 1 samples the argmax at any temperature: decoding it greedily is the same.
+      temperature=(np if xp(t) is xp(k) is np else jnp).where(
+          (t <= MIN_TEMPERATURE) | (k == 1), 0.0, t).astype(np.float32),
       top_k=xp(k).asarray(k).astype(np.int32),
       top_p=xp(p).where(p <= 0.0, 1.0, p).astype(np.float32))
 
@@ -90,11 +95,15 @@ class Prediction(NamedTuple):
       'alpha' (acceptance rate from the beta sums; 0 where no draft token was verified),
       'tokens_per_call' (generated tokens / per-row target calls) and 'target_calls'
       (summed).
+    totals: the batch's counter sums over its examples that are not padding (an
+      encoder input of pad ids alone, as T5X fills a last batch): scalar 'examples',
+      'generated', 'target_calls', 'accepted', 'drafted', 'beta_sum', 'beta_count'.
   """
 
   decodes: jax.Array
   scores: jax.Array
   aux: Dict[str, jax.Array]
+  totals: Optional[Dict[str, jax.Array]] = None
 
 
 def predict(target, target_params: PyTree, draft, draft_params: PyTree, inputs: jax.Array,
@@ -134,7 +143,11 @@ def predict(target, target_params: PyTree, draft, draft_params: PyTree, inputs: 
   f = per_example_figures(out.stats, batch)
   aux = {'alpha': f.alpha, 'tokens_per_call': f.tokens_per_call,
          'target_calls': jnp.sum(out.stats.target_calls.reshape((batch, -1)), axis=1)}
-  return Prediction(decodes=decodes, scores=scores, aux=aux)
+  real = jnp.repeat(jnp.any(inputs != 0, axis=1), num_decodes)  # [B * N]: not padding
+  totals = {name: jnp.sum(jnp.where(real, getattr(out.stats, name), 0))
+            for name in TOTALS}
+  totals['examples'] = jnp.sum(real) // num_decodes
+  return Prediction(decodes=decodes, scores=scores, aux=aux, totals=totals)
 
 
 def split_params(params: PyTree, draft_key: str) -> Tuple[PyTree, PyTree]:

@@ -26,7 +26,7 @@ from t5x import models
 from specjax import checkpoints
 from specjax.core.rule import VerificationRule
 from specjax.models.t5 import T5
-from specjax.t5x import decoding, restore
+from specjax.t5x import decode_settings, decoding, restore, run_stats
 
 PyTree = Any
 DRAFT_KEY = restore.DRAFT_KEY
@@ -85,15 +85,20 @@ def axes_collection(param_axes: PyTree) -> PyTree:
 class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
   """T5X's EncoderDecoderModel whose predictions are specjax's speculative decode.
 
-  Same constructor as EncoderDecoderModel (its `decode_fn` is unused), plus:
+  Same constructor as EncoderDecoderModel, whose `decode_fn` must be T5X's
+  `temperature_sample` (the speculative decode replaces it and keeps its settings:
+  `specjax.t5x.decode_settings`; a beam-search model is refused in one line), plus:
     draft_module: the draft's T5X network module (gin-configured like the target's); None
       builds a specjax T5 of the draft checkpoint's architecture instead.
     draft_checkpoint_path: the draft's checkpoint (T5X msgpack + zarr or Orbax, Hugging
       Face, specjax), read when T5X restores a checkpoint without the draft
       (`specjax.t5x.restore.fill_draft`) and, without draft_module, for its shapes.
     gamma: draft tokens per target call.
-    temperature, topk, topp: the sampling defaults, T5X's conventions (temperature at most
-      1e-4 is greedy; topk 0 and topp 0 keep every token); `decoder_params` override them.
+    temperature, topk, topp, max_decode_steps: the sampling defaults, T5X's conventions
+      (temperature at most 1e-4 is greedy; topk 1, temperature_sample's default, is the
+      argmax; topk 0 and topp 0 keep every token); None takes the model's own
+      temperature_sample setting (its gin bindings or partial, else T5X's defaults);
+      `decoder_params` override temperature, topk and topp per call.
     verification, draft_threshold, threshold_rule, lenience: the verification rule, the
       fields of `python -m specjax.decode`'s config of the same names
       (`specjax.core.rule.VerificationRule`).
@@ -104,9 +109,11 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                label_smoothing: float = 0.0, z_loss: float = 0.0,
                loss_normalizing_factor=None, default_decoder_params=None, *,
                draft_module=None, draft_checkpoint_path: Optional[str] = None,
-               gamma: int = 4, temperature: float = 0.0, topk: int = 0, topp: float = 0.0,
-               verification: str = 'token', draft_threshold: float = 0.0,
-               threshold_rule: str = 'token', lenience: float = 1.0):
+               gamma: int = 4, temperature: Optional[float] = None,
+               topk: Optional[int] = None, topp: Optional[float] = None,
+               max_decode_steps: Optional[int] = None, verification: str = 'token',
+               draft_threshold: float = 0.0, threshold_rule: str = 'token',
+               lenience: float = 1.0):
     super().__init__(module, input_vocabulary, output_vocabulary, optimizer_def,
                      decode_fn=decode_fn, feature_converter_cls=feature_converter_cls,
                      label_smoothing=label_smoothing, z_loss=z_loss,
@@ -115,16 +122,31 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     if draft_module is None and draft_checkpoint_path is None:
       raise ValueError('SpeculativeEncoderDecoderModel needs a draft: set '
                        'draft_checkpoint_path (DRAFT_CHECKPOINT_PATH in gin) or draft_module')
-    if not isinstance(gamma, int) or gamma < 1:
-      raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), '
-                       f'got {gamma!r}')
-    # Checked here, before any restore; the decode checks it again against its mode.
-    self.rule = VerificationRule(verification, draft_threshold, threshold_rule,
-                                 lenience).checked(greedy=False)
+    # Everything is checked here, when gin builds the model, before any restore.
+    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
+      raise ValueError(f'GAMMA (speculative.from_model.gamma) must be an integer >= 1 (draft '
+                       f'tokens per target call), got {gamma!r}')
+    try:  # the decode checks the rule again against its sampling mode
+      self.rule = VerificationRule(verification, draft_threshold, threshold_rule,
+                                   lenience).checked(greedy=False)
+    except ValueError as e:
+      raise ValueError(f'speculative.from_model: {e}') from None
+    settings = decode_settings.sampling_settings(decode_fn)
+    given = dict(temperature=temperature, topk=topk, topp=topp,
+                 max_decode_steps=max_decode_steps)
+    settings.update({k: v for k, v in given.items() if v is not None})
+    self.max_decode_steps = settings.pop('max_decode_steps')
+    self.sampling_defaults = settings
+    if draft_module is None:
+      try:  # the draft's architecture, and a bad path fails now, not after the restore
+        restore.read_draft(draft_checkpoint_path)
+      except (ValueError, FileNotFoundError, OSError) as e:
+        raise ValueError(f'DRAFT_CHECKPOINT_PATH {draft_checkpoint_path!r}: '
+                         f'{" ".join(str(e).split())}') from None
     self.draft_module = draft_module
     self.draft_checkpoint_path = draft_checkpoint_path
     self.gamma = gamma
-    self.sampling_defaults = dict(temperature=temperature, topk=topk, topp=topp)
+    self.run_stats = run_stats.RunStats()  # what speculation did, batch by batch
 
   # ------------------------------------------------------------------- params and models
 
@@ -219,23 +241,28 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                        'eos_id and decode_rng')
     target, draft = self.specjax_models(params)
     target_params, draft_params = decoding.split_params(params, DRAFT_KEY)
+    length = batch['decoder_input_tokens'].shape[1]  # L
+    steps = length if self.max_decode_steps is None else min(length,
+                                                             int(self.max_decode_steps))
     prediction = decoding.predict(
         target, target_params, draft, draft_params, batch['encoder_input_tokens'],
-        max_decode_len=batch['decoder_input_tokens'].shape[1], gamma=self.gamma,
-        num_decodes=num_decodes, sampling=decoding.sampling_from_t5x(
-            num_decodes=num_decodes, **knobs),
+        max_decode_len=steps, gamma=self.gamma, num_decodes=num_decodes,
+        sampling=decoding.sampling_from_t5x(num_decodes=num_decodes, **knobs),
         rng=decode_rng, eos_id=int(eos_id), **dataclasses.asdict(self.rule))
+    decodes = jnp.pad(prediction.decodes, ((0, 0), (0, 0), (0, length - steps)))  # [B, N, L]
+    jax.debug.callback(self.run_stats.add, prediction.totals)  # logged, and written
     aux = dict(prediction.aux)
     if return_all_decodes:
       aux['scores'] = prediction.scores
-      return prediction.decodes, aux
+      return decodes, aux
     aux['scores'] = prediction.scores[:, -1]
-    return prediction.decodes[:, -1, :], aux
+    return decodes[:, -1, :], aux
 
 
 def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
                draft_checkpoint_path: Optional[str] = None, gamma: int = 4,
-               temperature: float = 0.0, topk: int = 0, topp: float = 0.0,
+               temperature: Optional[float] = None, topk: Optional[int] = None,
+               topp: Optional[float] = None, max_decode_steps: Optional[int] = None,
                verification: str = 'token', draft_threshold: float = 0.0,
                threshold_rule: str = 'token', lenience: float = 1.0
                ) -> SpeculativeEncoderDecoderModel:
@@ -245,8 +272,13 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
 
   Args:
     model: the target's EncoderDecoderModel, as its gin file builds it.
-    draft_module, draft_checkpoint_path, gamma, temperature, topk, topp, verification,
-      draft_threshold, threshold_rule, lenience: as SpeculativeEncoderDecoderModel.
+    draft_module, draft_checkpoint_path, gamma, temperature, topk, topp,
+      max_decode_steps, verification, draft_threshold, threshold_rule, lenience: as
+      SpeculativeEncoderDecoderModel (None: the model's own temperature_sample setting).
+
+  Raises:
+    ValueError: the model decodes with beam search or another decode_fn, or a setting is
+      out of range (one line naming the gin binding).
   """
   return SpeculativeEncoderDecoderModel(
       model.module, model.input_vocabulary, model.output_vocabulary, model.optimizer_def,
@@ -256,5 +288,6 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
       loss_normalizing_factor=getattr(model, '_loss_normalizing_factor', None),
       default_decoder_params=getattr(model, '_default_decoder_params', None),
       draft_module=draft_module, draft_checkpoint_path=draft_checkpoint_path, gamma=gamma,
-      temperature=temperature, topk=topk, topp=topp, verification=verification,
+      temperature=temperature, topk=topk, topp=topp, max_decode_steps=max_decode_steps,
+      verification=verification,
       draft_threshold=draft_threshold, threshold_rule=threshold_rule, lenience=lenience)

@@ -21,6 +21,8 @@ from specjax.models.t5_config import T5Config
 
 PyTree = Any
 DRAFT_KEY = 'draft'
+# What gin's MODEL is bound to under the include (`specjax.t5x.model`).
+SPECULATIVE_MODELS = ('from_model', 'SpeculativeEncoderDecoderModel')
 
 
 @functools.lru_cache(maxsize=4)
@@ -46,7 +48,13 @@ def fill_draft(draft_checkpoint_path: str) -> Callable[..., PyTree]:
     expects `target/draft` (target_state_dict) and the checkpoint has none (state_dict),
     the draft's arrays are added; otherwise (a checkpoint saved with its draft, or a model
     without one) state_dict is returned unchanged.
+
+  Raises:
+    ValueError: gin's MODEL is not the speculative model although the include set this
+      hook: the include came before the model's gin file, which built MODEL again.
   """
+  check_include_order()
+
   def transform(state_dict: PyTree, target_state_dict: PyTree, *,
                 is_resuming: bool = False) -> PyTree:
     del is_resuming
@@ -60,6 +68,30 @@ def fill_draft(draft_checkpoint_path: str) -> Callable[..., PyTree]:
     return state_dict
 
   return transform
+
+
+def check_include_order() -> None:
+  """Refuses a run whose speculative include was read before the model's gin file.
+
+  The include wraps gin's MODEL; a model gin read after it sets MODEL again, to plain T5X
+  decoding (beam search by default), while the include's restore hook stays: that run
+  would ignore the draft without a word.
+
+  Raises:
+    ValueError: gin's MODEL is bound to another model than the speculative one (one line
+      naming the fix). Nothing is checked outside gin, or where MODEL is unbound.
+  """
+  try:
+    import gin  # pylint: disable=import-outside-toplevel
+    model = gin.query_parameter('%MODEL')
+  except (ImportError, ValueError):
+    return
+  wrapped = getattr(getattr(model, 'configurable', None), 'wrapped', None)
+  name = getattr(wrapped, '__name__', '')
+  if wrapped is not None and name not in SPECULATIVE_MODELS:
+    raise ValueError(f'gin\'s MODEL is {name}, not the speculative model, although '
+                     'specjax/t5x/configs/speculative.gin is included: pass that include '
+                     'after the model\'s gin files (it wraps the MODEL they build)')
 
 
 def default_checkpoint(name: str) -> str:

@@ -46,7 +46,8 @@ def test_paper_pair_is_t5_1_1_xxl_with_a_small_draft():
 
 def test_include_wraps_the_model_gin_and_reads_the_draft_shapes(trained):
   model, fns = _configured(
-      ['tests/t5x/gin/tiny_target.gin', 'specjax/t5x/configs/speculative.gin'],
+      ['tests/t5x/gin/tiny_target.gin', 'tests/t5x/gin/greedy.gin',
+       'specjax/t5x/configs/speculative.gin'],
       [f'DRAFT_CHECKPOINT_PATH = {real_t5x.quoted(trained["draft"])}', 'GAMMA = 3',
        'models.EncoderDecoderModel.z_loss = 0.25'])
   assert model.gamma == 3 and model.draft_module is None

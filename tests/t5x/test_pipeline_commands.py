@@ -2,6 +2,9 @@
 predictions of T5X's own greedy temperature_sample on the same target, with speculative
 aux values; `python -m t5x.eval` reports the same BLEU for both."""
 import glob
+import json
+import subprocess
+import sys
 
 import real_t5x
 
@@ -29,7 +32,7 @@ def test_infer_predictions_equal_t5x_greedy(trained, tmp_path):
       ([TARGET_GIN, GREEDY_GIN, 'tests/t5x/gin/infer.gin'],
        dict(INFER_OUTPUT_DIR=real_t5x.quoted(greedy), **common)),
       # The draft as its whole model dir (load_model takes the latest step).
-      ([TARGET_GIN, SPECULATIVE_GIN, 'tests/t5x/gin/infer.gin'],
+      ([TARGET_GIN, GREEDY_GIN, SPECULATIVE_GIN, 'tests/t5x/gin/infer.gin'],
        dict(INFER_OUTPUT_DIR=real_t5x.quoted(spec),
             DRAFT_CHECKPOINT_PATH=real_t5x.quoted(trained['draft']),
             **{'infer.mode': '"predict_with_aux"'}, **common))])
@@ -44,11 +47,45 @@ def test_infer_predictions_equal_t5x_greedy(trained, tmp_path):
              for a in aux)
   assert all(1.0 <= a['tokens_per_call'] <= 5.0 for a in aux)  # GAMMA 4: at most 5
   assert sum(a['alpha'] for a in aux) / len(aux) > 0.1  # the trained draft is being used
+  # The run's statistics beside the outputs, summed on the host batch by batch: the same
+  # target calls as the per-example aux values, written independently of them.
+  stats = json.loads((spec / 'speculative_stats.json').read_text())
+  assert stats['total']['examples'] == 500 and len(stats['batches']) == 10
+  assert stats['total']['target_calls'] == sum(a['target_calls'] for a in aux)
+  assert 1.0 < stats['total']['tokens_per_call'] <= 5.0
+  assert 0.1 < stats['total']['alpha'] <= 1.0
+
+
+def test_infer_runs_from_outside_the_repository_with_the_installed_package(trained,
+                                                                          tmp_path):
+  """As a user runs it: the package installed (not the source tree), another directory,
+  the include named by its package path."""
+  site = tmp_path / 'site'
+  subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps', '--target',
+                  str(site), str(real_t5x.REPO)], check=True, capture_output=True,
+                 timeout=600)
+  work = tmp_path / 'elsewhere'
+  work.mkdir()
+  out = tmp_path / 'infer'
+  args = [f'--gin_file={real_t5x.GIN / "tiny_target.gin"}',
+          f'--gin_file={real_t5x.GIN / "greedy.gin"}', f'--gin_file={SPECULATIVE_GIN}',
+          f'--gin_file={real_t5x.GIN / "infer.gin"}',
+          f'--gin.CHECKPOINT_PATH={real_t5x.quoted(_checkpoint(trained))}',
+          f'--gin.DRAFT_CHECKPOINT_PATH={real_t5x.quoted(trained["draft"])}',
+          f'--gin.INFER_OUTPUT_DIR={real_t5x.quoted(out)}']
+  env = dict(real_t5x.env(), PYTHONPATH=str(site))
+  proc = subprocess.run([sys.executable, '-m', 't5x.infer', *args], cwd=work, env=env,
+                        capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-6000:]
+  assert 'speculative decoding, batch 10: 50 examples' in proc.stderr
+  got = real_t5x.read_jsonl(_only(f'{out}/*-predict.jsonl-00000-of-00001'))
+  assert len(got) == 500 and all(r['prediction'] for r in got[:10])
+  assert f'{site}/specjax/t5x/configs/speculative.gin' in proc.stderr  # the installed copy
 
 
 def test_eval_reports_the_same_bleu(trained, tmp_path):
   runs = {'greedy': ([TARGET_GIN, GREEDY_GIN], {}),
-          'speculative': ([TARGET_GIN, SPECULATIVE_GIN], {
+          'speculative': ([TARGET_GIN, GREEDY_GIN, SPECULATIVE_GIN], {
               'DRAFT_CHECKPOINT_PATH': real_t5x.quoted(trained['draft'] / 'checkpoint_150')})}
   real_t5x.run_t5x_together('eval', [
       (gins + ['tests/t5x/gin/eval.gin'],
@@ -61,6 +98,8 @@ def test_eval_reports_the_same_bleu(trained, tmp_path):
     metrics = real_t5x.read_jsonl(_only(f'{out}/inference_eval/*-metrics.jsonl'))
     outputs = real_t5x.read_jsonl(_only(f'{out}/inference_eval/specjax_demo_ende-*[0-9].jsonl'))
     results[name] = (metrics[-1]['bleu'], [o['prediction'] for o in outputs])
+  stats = json.loads((tmp_path / 'speculative' / 'speculative_stats.json').read_text())
+  assert stats['total']['examples'] == 500
   assert results['speculative'][0] == results['greedy'][0]
   assert results['speculative'][1] == results['greedy'][1]
   assert len(results['greedy'][1]) == 500

@@ -55,7 +55,7 @@ def test_num_decodes_sorted_and_scored_by_the_target(model_and_params):
   predict = jax.jit(model.predict_batch_with_aux, static_argnames=(
       'num_decodes', 'return_all_decodes'))
   decodes, aux = predict(params, batch, rng=jax.random.PRNGKey(3), num_decodes=4,
-                         return_all_decodes=True, decoder_params={'temperature': 1.0})
+                         return_all_decodes=True, decoder_params={'temperature': 1.0, 'topk': 0})
   decodes, scores = np.asarray(decodes), np.asarray(aux['scores'])
   assert decodes.shape == (B, 4, L) and scores.shape == (B, 4)
   assert np.all(np.diff(scores, axis=1) >= 0)  # best last, as T5X
@@ -69,7 +69,7 @@ def test_num_decodes_sorted_and_scored_by_the_target(model_and_params):
   assert clean.sum() >= B
   np.testing.assert_allclose(scores.reshape(-1)[clean], rescored[clean], atol=1e-4)
   best, best_aux = predict(params, batch, rng=jax.random.PRNGKey(3), num_decodes=4,
-                           return_all_decodes=False, decoder_params={'temperature': 1.0})
+                           return_all_decodes=False, decoder_params={'temperature': 1.0, 'topk': 0})
   np.testing.assert_array_equal(best, decodes[:, -1])
   np.testing.assert_array_equal(best_aux['scores'], scores[:, -1])
 
@@ -82,7 +82,7 @@ def test_first_sampled_token_follows_the_target(model_and_params):
   decodes, _ = jax.jit(model.predict_batch_with_aux, static_argnames=(
       'num_decodes', 'return_all_decodes'))(
           params, batch, rng=jax.random.PRNGKey(9), num_decodes=decodes_per_row,
-          return_all_decodes=True, decoder_params={'temperature': 1.0})
+          return_all_decodes=True, decoder_params={'temperature': 1.0, 'topk': 0})
   first = np.asarray(decodes)[:, :, 0].reshape((-1, 1))
   def first_token_probs(module, module_params):
     logits = module.apply({'params': module_params}, one['encoder_input_tokens'],
@@ -163,7 +163,7 @@ def test_restore_fills_the_draft_from_its_checkpoint(trained, tmp_path, layout):
   from t5x import partitioning  # pylint: disable=import-outside-toplevel
   with gin.unlock_config():
     gin_utils.parse_gin_flags(
-        [str(real_t5x.REPO)], ['tests/t5x/gin/tiny_target.gin',
+        [str(real_t5x.REPO)], ['tests/t5x/gin/tiny_target.gin', 'tests/t5x/gin/greedy.gin',
                                'specjax/t5x/configs/speculative.gin'],
         [f'DRAFT_CHECKPOINT_PATH = {real_t5x.quoted(trained["draft"])}'],
         finalize_config=False)
@@ -192,7 +192,7 @@ def test_the_verification_rule_reaches_the_decode(model_and_params):
   batch, rng = tiny_t5x.batch(B, S, L), jax.random.PRNGKey(3)
   build = lambda **rule: speculative.SpeculativeEncoderDecoderModel(
       tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_module=tiny_t5x.DRAFT,
-      gamma=3, temperature=1.0, **rule)
+      gamma=3, temperature=1.0, topk=0, **rule)
   block, _ = build(verification='block').predict_batch_with_aux(params, batch, rng=rng)
   token, _ = build().predict_batch_with_aux(params, batch, rng=rng)
   target, draft = build().specjax_models(params)

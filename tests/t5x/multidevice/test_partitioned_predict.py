@@ -22,7 +22,7 @@ import tiny_t5x  # pylint: disable=wrong-import-position
 
 B, S, L = 8, 8, 10
 RNG = jax.random.PRNGKey(4)
-SETTINGS = {'greedy': (1, {}), 'sampled': (2, {'temperature': 1.0})}
+SETTINGS = {'greedy': (1, {}), 'sampled': (2, {'temperature': 1.0, 'topk': 0})}
 
 
 class MeshPartitioner(partitioning.PjitPartitioner):
