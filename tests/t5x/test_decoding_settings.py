@@ -138,3 +138,12 @@ def test_run_stats_sum_the_batches_and_write_them(tmp_path):
   assert total['alpha'] == pytest.approx(10.0 / 30)
   assert total['tokens_per_call'] == pytest.approx(2.0)
   assert total['seconds'] >= written['batches'][1]['seconds'] >= 0
+
+
+def test_the_shipped_greedy_gin_makes_a_t5x_model_gin_speculative(trained):
+  """README's flow: a model gin that decodes with beam search, then greedy.gin, then the
+  include: the model decodes T5X's greedy temperature_sample speculatively."""
+  model = _parsed([TARGET_GIN, 'specjax/t5x/configs/greedy.gin', INCLUDE],
+                  [f'DRAFT_CHECKPOINT_PATH = {real_t5x.quoted(trained["draft"])}'], '%MODEL')
+  assert isinstance(model, speculative.SpeculativeEncoderDecoderModel)
+  assert model.sampling_defaults == dict(temperature=0.0, topk=1, topp=0.0)
