@@ -5,6 +5,14 @@ version restores (`checkpoint_<step>/` under a model dir), e.g. for the bundled 
 
   python -m specjax.t5x.export --model demo_target --output /tmp/demo_target_t5x
 
+The checkpoint holds params only, no optimizer state. `t5x.infer` and `t5x.eval` restore
+it as it is; `t5x.train` fine-tunes it when told to start the optimizer's state afresh:
+
+  --gin.utils.RestoreCheckpointConfig.path=\"/tmp/demo_target_t5x/checkpoint_0\"
+  --gin.utils.RestoreCheckpointConfig.mode=\"specific\"
+  --gin.utils.RestoreCheckpointConfig.assignment_map="((r'state/param_states.*', None),)"
+  --gin.utils.RestoreCheckpointConfig.fallback_to_scratch=True
+
 Imports no t5x.
 """
 from __future__ import annotations

@@ -6,6 +6,9 @@ import json
 import subprocess
 import sys
 
+import jax
+import numpy as np
+
 import real_t5x
 
 real_t5x.require_t5x()
@@ -103,3 +106,25 @@ def test_eval_reports_the_same_bleu(trained, tmp_path):
   assert results['speculative'][0] == results['greedy'][0]
   assert results['speculative'][1] == results['greedy'][1]
   assert len(results['greedy'][1]) == 500
+
+
+def test_train_fine_tunes_an_exported_checkpoint(trained, tmp_path):
+  """An exported checkpoint holds params only: t5x.train starts from them with the
+  bindings that README and specjax.t5x.export give, the optimizer state started afresh."""
+  import specjax  # pylint: disable=import-outside-toplevel
+  exported = tmp_path / 'exported'
+  real_t5x.run_module('specjax.t5x.export', '--checkpoint', str(_checkpoint(trained)),
+                      '--output', str(exported))
+  tuned = tmp_path / 'tuned'
+  real_t5x.run_t5x('train', [TARGET_GIN, 'tests/t5x/gin/train.gin'], **{
+      'MODEL_DIR': real_t5x.quoted(tuned), 'TRAIN_STEPS': '2',
+      'utils.SaveCheckpointConfig.period': '2',
+      'utils.RestoreCheckpointConfig.path': real_t5x.quoted(exported / 'checkpoint_0'),
+      'utils.RestoreCheckpointConfig.mode': '"specific"',
+      'utils.RestoreCheckpointConfig.assignment_map': "((r'state/param_states.*', None),)",
+      'utils.RestoreCheckpointConfig.fallback_to_scratch': 'True'})
+  leaves = lambda path: jax.tree.leaves(specjax.load_model(None, str(path))[1])
+  start, after, source = (leaves(p) for p in (tuned / 'checkpoint_0', tuned / 'checkpoint_2',
+                                              _checkpoint(trained)))
+  assert all(np.array_equal(a, b) for a, b in zip(start, source))  # began at the export
+  assert not all(np.array_equal(a, b) for a, b in zip(after, source))  # and trained on
