@@ -7,6 +7,7 @@ On Cloud TPU: `python -m specjax.decode --target t5_xxl --draft t5_small --input
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -18,7 +19,7 @@ from specjax.job import task_data
 from specjax import flags
 from specjax.job.config import DecodeConfig
 from specjax.job.decode_job import run
-from specjax.job.output import open_output
+from specjax.job.output import STDOUT, open_output
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -96,7 +97,8 @@ def main(argv=None) -> int:
       if job.task:
         records.append(record)
       if not job.json and not job.quiet and primary:
-        tqdm.write(f'{record["inputs"]}\n  -> {record["prediction"]}')  # above the bar
+        tqdm.write(f'{record["inputs"]}\n  -> {record["prediction"]}',  # above the bar
+                   file=sys.stderr if job.output == STDOUT else sys.stdout)
 
     summary = run(job, on_record, output)
     if job.task and primary:
@@ -114,10 +116,13 @@ def main(argv=None) -> int:
       output.close()
   if not primary:
     return 0
-  if job.json:
-    print(json.dumps(summary))
-  else:
-    _print_summary(summary)
+  # With --output -, the records hold standard output: the summary goes to stderr.
+  with contextlib.redirect_stdout(sys.stderr) if job.output == STDOUT else \
+      contextlib.nullcontext():
+    if job.json:
+      print(json.dumps(summary))
+    else:
+      _print_summary(summary)
   return 0
 
 

@@ -151,7 +151,7 @@ def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
   skip = 0
   if output is not None:
     skip = output.begin(run_fingerprint(job, target, tp, draft, dp, digest, prefix, vocab,
-                                        gamma), len(examples))
+                                        gamma), examples)
   totals, identical, widths = _decode(job, gamma, pair, inputs, mesh, skip, output,
                                       on_record)
   return dict(

@@ -4,17 +4,28 @@ Each record is written as one `write` of a whole line, then flushed and synced, 
 its batch is done. Beside the file, `out.jsonl.run.json` holds the run's fingerprint: the
 models (names, checkpoints, configs, a digest of the params), the input file's hash and
 everything that changes an output (sampling, seed, lengths, prefix, dtypes). Rerunning the
-same command after a kill (SIGKILL, Ctrl-C) finds the records already written, drops a
-line cut short by the kill, and decodes only the rest; a run whose fingerprint differs is
+same command after a kill (SIGKILL, Ctrl-C) reads which inputs the file already holds, by
+their line numbers and texts, keeps the records that are in input order from the first
+input on, drops the rest (a line cut short by the kill, a record out of place) and decodes
+only what is missing: every input once, in order. A run whose fingerprint differs is
 refused with one line naming what changed.
+
+One run writes a file at a time: the file is locked while its run lasts, and a second run
+on it is refused in one line. A sidecar that specjax did not write is never overwritten.
+`-` writes the records to standard output instead (nothing to resume).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-from typing import Optional
+import sys
+from typing import List, Optional, Sequence
 
 SIDECAR_SUFFIX = '.run.json'
+# What a sidecar written here says of itself, so that another file of that name is kept.
+SIDECAR_KIND = 'specjax.decode output fingerprint'
+STDOUT = '-'
 
 
 class JsonlOutput:
@@ -23,36 +34,67 @@ class JsonlOutput:
   Attributes:
     path: the output file.
     sidecar: the fingerprint file beside it.
-    written: records in the file (after `begin`: those of an earlier run).
+    written: records in the file (after `begin`: those of an earlier run that are kept).
   """
 
   def __init__(self, path: str):
+    """Opens and locks the file (created empty if missing), before anything slow runs.
+
+    Raises:
+      ValueError: another run holds the file, or it cannot be written (one line).
+    """
     self.path = os.fspath(path)
     self.sidecar = self.path + SIDECAR_SUFFIX
     self.written = 0
-    self._file = None
+    self._created = not os.path.exists(self.path)
+    self._begun = False
+    try:
+      self._file = open(self.path, 'a+b')  # pylint: disable=consider-using-with
+    except OSError as e:
+      raise ValueError(f'cannot write --output {self.path}: {e.strerror}; pass a writable '
+                       'path') from None
+    try:
+      fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      self._file.close()
+      self._file = None
+      self._created = False
+      raise ValueError(f'another run is writing {self.path}; wait for it to finish, or pass '
+                       'another --output') from None
 
-  def begin(self, fingerprint: dict, total: int) -> int:
-    """Opens the file for the run; returns how many leading inputs are already done.
+  def begin(self, fingerprint: dict, examples: Sequence[dict]) -> int:
+    """Prepares the file for the run; returns how many leading inputs are already done.
 
     Args:
       fingerprint: JSON-able description of everything the outputs depend on.
-      total: the run's number of inputs.
+      examples: the run's inputs, in order ('inputs', 'input_line').
 
     Raises:
-      ValueError: the file exists from another run (another fingerprint, or none), or
-        holds more records than the run has inputs.
+      ValueError: the file exists from another run (another fingerprint, or none), or a
+        sidecar of that name was not written by specjax.
     """
-    if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
-      self.written = self._resume(fingerprint, total)
+    self._begun = True
+    if os.path.getsize(self.path) > 0:
+      self.written = self._resume(fingerprint, examples)
     else:
-      _write_atomically(self.sidecar, json.dumps({'fingerprint': fingerprint}, indent=1,
-                                                 sort_keys=True))
-      open(self.path, 'w', encoding='utf-8').close()
-    self._file = open(self.path, 'a', encoding='utf-8')
+      self._check_sidecar_is_ours()
+      _write_atomically(self.sidecar, json.dumps(
+          {'kind': SIDECAR_KIND, 'fingerprint': fingerprint}, indent=1, sort_keys=True))
     return self.written
 
-  def _resume(self, fingerprint: dict, total: int) -> int:
+  def _check_sidecar_is_ours(self) -> None:
+    if not os.path.exists(self.sidecar):
+      return
+    try:
+      with open(self.sidecar, encoding='utf-8') as f:
+        ours = 'fingerprint' in json.load(f)
+    except (OSError, ValueError, TypeError):
+      ours = False
+    if not ours:
+      raise ValueError(f'{self.sidecar} exists and was not written by specjax; move it, or '
+                       'pass another --output')
+
+  def _resume(self, fingerprint: dict, examples: Sequence[dict]) -> int:
     if not os.path.exists(self.sidecar):
       raise ValueError(f'{self.path} exists but has no {self.sidecar}, so it cannot be '
                        'resumed; pass another --output or delete the file')
@@ -63,29 +105,70 @@ class JsonlOutput:
     if changed:
       raise ValueError(f'{self.path} was written by a run with another {", ".join(changed)}; '
                        'pass another --output, or delete it to start over')
-    with open(self.path, 'rb') as f:
-      data = f.read()
-    complete = data[:data.rfind(b'\n') + 1]  # a line cut short by a kill is dropped
-    if len(complete) < len(data):
-      with open(self.path, 'r+b') as f:
-        f.truncate(len(complete))
-    lines = complete.count(b'\n')
-    if lines > total:
-      raise ValueError(f'{self.path} holds {lines} records but the input has {total}; pass '
-                       'another --output')
-    return lines
+    self._file.seek(0)
+    data = self._file.read()
+    keep = done_prefix(data.split(b'\n')[:-1], examples)  # the last piece: unterminated
+    kept = sum(len(line) + 1 for line in data.split(b'\n')[:keep])
+    if kept < len(data):
+      self._file.truncate(kept)
+    return keep
 
   def write(self, record: dict) -> None:
     """Appends one record as one line, flushed to disk."""
-    self._file.write(json.dumps(record, ensure_ascii=False) + '\n')
+    self._file.write((json.dumps(record, ensure_ascii=False) + '\n').encode('utf-8'))
     self._file.flush()
     os.fsync(self._file.fileno())
     self.written += 1
 
   def close(self) -> None:
+    """Closes the file (and so releases its lock); a file this run created and never began
+    (an error came first) is removed again."""
     if self._file is not None:
+      if self._created and not self._begun:
+        os.remove(self.path)
       self._file.close()
       self._file = None
+
+
+class StdoutOutput:
+  """`--output -`: records as JSON lines on standard output, flushed one by one."""
+
+  path = '<stdout>'
+
+  def __init__(self):
+    self.written = 0
+
+  def begin(self, fingerprint: dict, examples: Sequence[dict]) -> int:
+    del fingerprint, examples
+    return 0
+
+  def write(self, record: dict) -> None:
+    sys.stdout.write(json.dumps(record, ensure_ascii=False) + '\n')
+    sys.stdout.flush()
+    self.written += 1
+
+  def close(self) -> None:
+    sys.stdout.flush()
+
+
+def done_prefix(lines: List[bytes], examples: Sequence[dict]) -> int:
+  """How many leading lines are the records of the leading inputs, in order.
+
+  A line counts when it is a JSON object whose 'input_line' and 'inputs' are those of the
+  input at its position; the first that is not ends the prefix.
+  """
+  for i, line in enumerate(lines):
+    if i >= len(examples):
+      return i
+    try:
+      record = json.loads(line)
+    except ValueError:
+      return i
+    example = examples[i]
+    if (not isinstance(record, dict) or record.get('input_line') != example['input_line']
+        or record.get('inputs') != example['inputs']):
+      return i
+  return len(lines)
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -97,6 +180,8 @@ def _write_atomically(path: str, text: str) -> None:
   os.replace(tmp, path)
 
 
-def open_output(path: Optional[str]) -> Optional[JsonlOutput]:
-  """The output of `--output PATH`, or None without one."""
-  return JsonlOutput(path) if path else None
+def open_output(path: Optional[str]):
+  """The output of `--output PATH` (locked), standard output for '-', or None."""
+  if not path:
+    return None
+  return StdoutOutput() if path == STDOUT else JsonlOutput(path)
