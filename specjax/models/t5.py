@@ -126,6 +126,22 @@ class T5:
   def _dtype(self):
     return jnp.dtype(self.config.dtype)
 
+  @property
+  def _logits_dtype(self):
+    """The attention scores' and softmax's dtype (`T5Config.t5x_rounding`)."""
+    cfg = self.config
+    return (self._dtype if cfg.t5x_rounding and not cfg.float32_attention_logits
+            else jnp.float32)
+
+  def _norm(self, x: jax.Array, scale: jax.Array) -> jax.Array:
+    """`layers.rms_norm`, rounded as the config says. x [..., D] -> same."""
+    return layers.rms_norm(x, scale, round_before_scale=self.config.t5x_rounding)
+
+  def _rel_table(self, rel_embedding: jax.Array) -> jax.Array:
+    """The relative position table [N, buckets], in the activation dtype under
+    t5x_rounding (T5X rounds it before the lookup)."""
+    return rel_embedding.astype(self._dtype) if self.config.t5x_rounding else rel_embedding
+
   def init(self, rng: jax.Array) -> PyTree:
     """Random float32 params in T5X's tree layout and initializers.
 
@@ -176,21 +192,21 @@ class T5:
     mask = inputs != self.pad_id  # [B, S]
     key_mask = mask[:, None, :]  # [B, 1, S]: padding keys hidden from every query
     bias = layers.encoder_position_bias(
-        enc['relpos_bias']['rel_embedding'], inputs.shape[1],
+        self._rel_table(enc['relpos_bias']['rel_embedding']), inputs.shape[1],
         cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
     x = dropout(self._embed(params, inputs))  # [B, S, D]
     for i in range(cfg.num_encoder_layers):
       p = enc[f'layers_{i}']
-      h = layers.rms_norm(x, p['pre_attention_layer_norm']['scale'])
+      h = self._norm(x, p['pre_attention_layer_norm']['scale'])
       att = p['attention']
       q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, S, N, H]
       k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
               for n in ('key', 'value'))  # [B, N, H, S]
-      y = layers.dot_product_attention(q, k, v, key_mask, bias, dropout)
+      y = layers.dot_product_attention(q, k, v, key_mask, bias, dropout, self._logits_dtype)
       x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
-      h = layers.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
+      h = self._norm(x, p['pre_mlp_layer_norm']['scale'])
       x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
-    x = dropout(layers.rms_norm(x, enc['encoder_norm']['scale']))  # [B, S, D]
+    x = dropout(self._norm(x, enc['encoder_norm']['scale']))  # [B, S, D]
     cross = {}
     for i in range(cfg.num_decoder_layers):
       att = params['decoder'][f'layers_{i}']['encoder_decoder_attention']
@@ -242,14 +258,14 @@ class T5:
     positions = positions.astype(jnp.int32)
     self_mask = base.causal_mask(positions, num_tokens, max_len)  # [B, K, T]
     bias = layers.decoder_position_bias(
-        dec['relpos_bias']['rel_embedding'], positions, num_tokens, max_len,
+        self._rel_table(dec['relpos_bias']['rel_embedding']), positions, num_tokens, max_len,
         cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
     cross_mask = encoded['mask'][:, None, :]  # [B, 1, S]
     x = dropout(self._embed(params, tokens))  # [B, K, D]
     new_cache = {}
     for i in range(cfg.num_decoder_layers):
       name, p = f'layers_{i}', dec[f'layers_{i}']
-      h = layers.rms_norm(x, p['pre_self_attention_layer_norm']['scale'])
+      h = self._norm(x, p['pre_self_attention_layer_norm']['scale'])
       att = p['self_attention']
       q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, K, N, H]
       k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
@@ -258,16 +274,17 @@ class T5:
       v_all = base.write_cache(cache[name]['v'], v, positions)
       new_cache[name] = {'k': k_all, 'v': v_all}
       y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
-                                       self_mask, bias, dropout)
+                                       self_mask, bias, dropout, self._logits_dtype)
       x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
-      h = layers.rms_norm(x, p['pre_cross_attention_layer_norm']['scale'])
+      h = self._norm(x, p['pre_cross_attention_layer_norm']['scale'])
       att, kv = p['encoder_decoder_attention'], encoded['cross'][name]
       q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)
-      y = layers.dot_product_attention(q, kv['k'], kv['v'], cross_mask, dropout=dropout)
+      y = layers.dot_product_attention(q, kv['k'], kv['v'], cross_mask, dropout=dropout,
+                                       logits_dtype=self._logits_dtype)
       x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
-      h = layers.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
+      h = self._norm(x, p['pre_mlp_layer_norm']['scale'])
       x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
-    y = dropout(layers.rms_norm(x, dec['decoder_norm']['scale']))  # [B, K, D]
+    y = dropout(self._norm(x, dec['decoder_norm']['scale']))  # [B, K, D]
     if cfg.logits_via_embedding:
       # Tied (v1.0): scale by 1/sqrt(D) as T5X's embedding.attend path and HF do.
       logits = layers.output_logits(y, params['token_embedder']['embedding'], vocab_axis=0)

@@ -25,6 +25,13 @@ class T5Config:
     dtype: activation (and cache) dtype name; params stay float32, logits are float32.
     relative_attention_num_buckets: buckets of the relative position bias.
     relative_attention_max_distance: distance beyond which all offsets share a bucket.
+    t5x_rounding: round where T5X's examples network (t5x/examples/t5) rounds in a
+      low-precision dtype, so that its greedy decode is reproduced op for op: the
+      normalized activations before the norm's scale, the relative position bias, and
+      (unless float32_attention_logits) the attention scores and softmax in `dtype`.
+      Off: those stay float32. The same values in float32.
+    float32_attention_logits: with t5x_rounding, attention scores and softmax in float32
+      (T5X's field of that name); without t5x_rounding they always are.
     name: the preset's registry name ('' for ad-hoc configs).
   """
 
@@ -40,6 +47,8 @@ class T5Config:
   dtype: str = 'float32'
   relative_attention_num_buckets: int = 32
   relative_attention_max_distance: int = 128
+  t5x_rounding: bool = False
+  float32_attention_logits: bool = False
   name: str = ''
 
   def replace(self, **changes) -> 'T5Config':

@@ -18,8 +18,6 @@ import numpy as np
 
 PyTree = dict
 LAYER_NORM_EPS = 1e-6
-# Masked scores are replaced (not added to), so any finite, very negative value works.
-_MASKED = float(jnp.finfo(jnp.float32).min)
 
 # T5X's 'gelu' is flax's default tanh approximation, i.e. HF's `gelu_new`.
 ACTIVATIONS: Dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -82,11 +80,17 @@ class Dropout:
 NO_DROPOUT = Dropout(0.0, None)
 
 
-def rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
-  """T5 LayerNorm: x / rms(x) * scale, no mean and no bias. x [..., D] -> same shape/dtype."""
+def rms_norm(x: jax.Array, scale: jax.Array, round_before_scale: bool = False) -> jax.Array:
+  """T5 LayerNorm: x / rms(x) * scale, no mean and no bias. x [..., D] -> same shape/dtype.
+
+  round_before_scale: round x / rms(x) to x's dtype and multiply by the scale in that
+  dtype, as T5X's examples network does (the same values in float32).
+  """
   # The statistics run in float32 even for bfloat16 activations, as in T5X and HF.
   x32 = x.astype(jnp.float32)
   var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)  # [..., 1]
+  if round_before_scale:
+    return (x32 * jax.lax.rsqrt(var + LAYER_NORM_EPS)).astype(x.dtype) * scale.astype(x.dtype)
   return (x32 * jax.lax.rsqrt(var + LAYER_NORM_EPS) * scale).astype(x.dtype)
 
 
@@ -170,8 +174,8 @@ def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                          bias: jax.Array | None = None,
-                          dropout: Dropout = NO_DROPOUT) -> jax.Array:
+                          bias: jax.Array | None = None, dropout: Dropout = NO_DROPOUT,
+                          logits_dtype=jnp.float32) -> jax.Array:
   """Unscaled softmax attention (T5 folds 1/sqrt(H) into the query init).
 
   Args:
@@ -179,17 +183,22 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     k: [B, N, H, T] keys, heads-major (T is S for cross attention; see `project_kv`).
     v: [B, N, H, T] values, heads-major.
     mask: [B, K, T] or [B, 1, T] bool, True where the query may see the key.
-    bias: optional [B or 1, N, K, T] relative position bias (added in float32).
+    bias: optional [B or 1, N, K, T] relative position bias (added in logits_dtype).
     dropout: applied to the attention weights (training only).
+    logits_dtype: the dtype of the scores, the bias sum and the softmax: float32 (the
+      default, so that bfloat16 activations keep exact-ish ranking), or the activation
+      dtype, as T5X's examples network computes them without float32_attention_logits.
 
   Returns:
     [B, N, K, H] in v's dtype (heads-major, as `merge_heads` takes it).
   """
-  # Scores and softmax in float32 so that bfloat16 activations keep exact-ish ranking.
-  scores = jnp.einsum('bknh,bnht->bnkt', q, k, preferred_element_type=jnp.float32)
+  scores = jnp.einsum('bknh,bnht->bnkt', q, k, preferred_element_type=logits_dtype)
   if bias is not None:
-    scores = scores + bias
-  scores = jnp.where(mask[:, None, :, :], scores, _MASKED)  # [B, N, K, T]
+    scores = scores + bias.astype(logits_dtype)
+  # Masked scores are replaced (not added to): the dtype's most negative finite value
+  # (float32's min rounds to -inf in bfloat16, and a row of -inf softmaxes to NaN).
+  scores = jnp.where(mask[:, None, :, :], scores,
+                     jnp.finfo(logits_dtype).min)  # [B, N, K, T]
   probs = dropout(jax.nn.softmax(scores, axis=-1).astype(v.dtype))
   return jnp.einsum('bnkt,bnht->bnkh', probs, v)
 
