@@ -59,7 +59,7 @@ def test_whole_decode_is_one_program_without_host_callbacks():
     (dict(max_decode_len=0), 'max_decode_len must be an integer >= 1'),
     (dict(sampling=specjax.SamplingConfig(temperature=1.0, top_p=0.0)), r'top_p must be in \(0, 1\]'),
     (dict(sampling=specjax.SamplingConfig(temperature=1.0, top_p=1.5)), r'top_p must be in \(0, 1\]'),
-    (dict(sampling=specjax.SamplingConfig(temperature=-1.0)), 'temperature must be >= 0'),
+    (dict(sampling=specjax.SamplingConfig(temperature=-1.0)), 'temperature must be finite and >= 0'),
     (dict(sampling=specjax.SamplingConfig(temperature=1.0, top_k=17)), r'top_k must be in \[0, vocab size 16\]'),
 ])
 def test_bad_arguments_raise_one_line(kwargs, match):

@@ -37,8 +37,11 @@ class SamplingConfig:
 
   def validate(self, vocab_size: int) -> None:
     """Raises ValueError (one line naming the argument and its range) on a bad setting."""
-    if not self.temperature >= 0.0:
-      raise ValueError(f'temperature must be >= 0 (0 is greedy), got {self.temperature}')
+    if not 0.0 <= self.temperature < float('inf'):
+      raise ValueError(f'temperature must be finite and >= 0 (0 is greedy), got '
+                       f'{self.temperature}')
+    if isinstance(self.top_k, bool) or not isinstance(self.top_k, (int, np.integer)):
+      raise ValueError(f'top_k must be an integer (0 keeps all), got {self.top_k!r}')
     if not 0 <= self.top_k <= vocab_size:
       raise ValueError(f'top_k must be in [0, vocab size {vocab_size}] (0 keeps all), '
                        f'got {self.top_k}')

@@ -17,6 +17,7 @@ from specjax.job.inputs import PAD_MODES
 from specjax.job.reader import INPUT_FORMATS
 
 AUTO = 'auto'
+SEEDS = 2 ** 32  # seeds in [0, SEEDS) give distinct PRNG keys
 
 
 def parse_gamma(text: str) -> Union[int, str]:
@@ -146,8 +147,8 @@ class DecodeConfig:
     """Checks the settings that need no model, before anything loads.
 
     Raises:
-      ValueError: a batch size, input length, example count or gamma out of range, or a
-        bad verification rule (one line each).
+      ValueError: a batch size, input length, example count, seed or gamma out of range
+        (gamma above max_decode_len included), or a bad verification rule (one line each).
     """
     for name in ('batch_size', 'max_input_len'):
       if getattr(self, name) < 1:
@@ -158,4 +159,13 @@ class DecodeConfig:
                                or self.gamma < 1):
       raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), got '
                        f'{self.gamma!r}; or --gamma auto, which may pick 0 (the target alone)')
+    # Temperature and top-p now; top-k against the vocabulary once the target is loaded.
+    self.sampling.validate(vocab_size=max(self.top_k, 0))
+    if not 0 <= self.seed < SEEDS:
+      raise ValueError(f'--seed must be in [0, 2**32) (a PRNG key holds 32 bits of it), got '
+                       f'{self.seed}')
+    if self.gamma != AUTO and self.gamma > self.max_decode_len:
+      raise ValueError(f'--gamma {self.gamma} is more than --max-decode-len '
+                       f'{self.max_decode_len}: no output holds that many draft tokens; pass '
+                       '--gamma at most --max-decode-len')
     self.rule.checked(self.sampling.greedy)
