@@ -33,11 +33,14 @@ DRAFT_KEY = restore.DRAFT_KEY
 _SAMPLING_KEYS = ('temperature', 'topk', 'topp')
 
 
-def specjax_t5(module, params: PyTree) -> T5:
+def specjax_t5(module, params: PyTree, t5x_rounding: bool = True) -> T5:
   """The specjax T5 that computes what the T5X module `module` computes with `params`.
 
-  Sizes come from the params' shapes; activation dtype, MLP activations and tied logits from
-  the module's config where it has one (t5x/examples/t5 `T5Config`).
+  Sizes come from the params' shapes; activation dtype, MLP activations, tied logits and
+  float32_attention_logits from the module's config where it has one (t5x/examples/t5
+  `T5Config`). `t5x_rounding` rounds where T5X's network rounds in bfloat16
+  (`specjax.models.t5_config.T5Config.t5x_rounding`; docs/bfloat16.md); float32 is the
+  same either way.
 
   Raises:
     ValueError: a scanned module, or params that are not a T5 tree of T5X's names (one
@@ -58,10 +61,11 @@ def specjax_t5(module, params: PyTree) -> T5:
   dtype = getattr(t5x_config, 'dtype', None) or getattr(module, 'dtype', None)
   if dtype is not None:
     changes['dtype'] = jnp.dtype(dtype).name
-  for field in ('mlp_activations', 'logits_via_embedding'):
+  for field in ('mlp_activations', 'logits_via_embedding', 'float32_attention_logits'):
     if hasattr(t5x_config, field):
       value = getattr(t5x_config, field)
       changes[field] = tuple(value) if field == 'mlp_activations' else bool(value)
+  changes['t5x_rounding'] = bool(t5x_rounding)
   model = T5(config.replace(**changes))
   try:
     checkpoints.check_params(params, jax.eval_shape(model.init, jax.random.PRNGKey(0)),
@@ -102,6 +106,8 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     verification, draft_threshold, threshold_rule, lenience: the verification rule, the
       fields of `python -m specjax.decode`'s config of the same names
       (`specjax.core.rule.VerificationRule`).
+    t5x_rounding: compute in bfloat16 as T5X's network does (rounding its norms, position
+      bias and attention where T5X does; docs/bfloat16.md); float32 is unaffected.
   """
 
   def __init__(self, module, input_vocabulary, output_vocabulary, optimizer_def,
@@ -113,7 +119,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                topk: Optional[int] = None, topp: Optional[float] = None,
                max_decode_steps: Optional[int] = None, verification: str = 'token',
                draft_threshold: float = 0.0, threshold_rule: str = 'token',
-               lenience: float = 1.0):
+               lenience: float = 1.0, t5x_rounding: bool = True):
     super().__init__(module, input_vocabulary, output_vocabulary, optimizer_def,
                      decode_fn=decode_fn, feature_converter_cls=feature_converter_cls,
                      label_smoothing=label_smoothing, z_loss=z_loss,
@@ -146,6 +152,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     self.draft_module = draft_module
     self.draft_checkpoint_path = draft_checkpoint_path
     self.gamma = gamma
+    self.t5x_rounding = bool(t5x_rounding)
     self.run_stats = run_stats.RunStats()  # what speculation did, batch by batch
 
   # ------------------------------------------------------------------- params and models
@@ -173,11 +180,12 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
   def specjax_models(self, params: PyTree) -> Tuple[T5, T5]:
     """(target, draft) as specjax T5 models, from the shapes of a params tree."""
     target_params, draft_params = decoding.split_params(params, DRAFT_KEY)
-    target = specjax_t5(self.module, target_params)
+    target = specjax_t5(self.module, target_params, self.t5x_rounding)
     if self.draft_module is not None:
-      draft = specjax_t5(self.draft_module, draft_params)
+      draft = specjax_t5(self.draft_module, draft_params, self.t5x_rounding)
     else:  # the draft computes in the target's activation dtype
-      draft = T5(specjax_t5(None, draft_params).config.replace(dtype=target.config.dtype))
+      draft = T5(specjax_t5(None, draft_params, self.t5x_rounding).config.replace(
+          dtype=target.config.dtype))
     return target, draft
 
   def _compute_logits(self, params, batch, dropout_rng=None, mutable=False,
@@ -264,8 +272,8 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
                temperature: Optional[float] = None, topk: Optional[int] = None,
                topp: Optional[float] = None, max_decode_steps: Optional[int] = None,
                verification: str = 'token', draft_threshold: float = 0.0,
-               threshold_rule: str = 'token', lenience: float = 1.0
-               ) -> SpeculativeEncoderDecoderModel:
+               threshold_rule: str = 'token', lenience: float = 1.0,
+               t5x_rounding: bool = True) -> SpeculativeEncoderDecoderModel:
   """The speculative version of a configured EncoderDecoderModel: the same module,
   vocabularies, optimizer, losses, feature converter and default decoder params (what
   `specjax/t5x/configs/speculative.gin` wraps any T5 model gin's MODEL with).
@@ -273,7 +281,8 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
   Args:
     model: the target's EncoderDecoderModel, as its gin file builds it.
     draft_module, draft_checkpoint_path, gamma, temperature, topk, topp,
-      max_decode_steps, verification, draft_threshold, threshold_rule, lenience: as
+      max_decode_steps, verification, draft_threshold, threshold_rule, lenience,
+      t5x_rounding: as
       SpeculativeEncoderDecoderModel (None: the model's own temperature_sample setting).
 
   Raises:
@@ -290,4 +299,5 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
       draft_module=draft_module, draft_checkpoint_path=draft_checkpoint_path, gamma=gamma,
       temperature=temperature, topk=topk, topp=topp, max_decode_steps=max_decode_steps,
       verification=verification,
-      draft_threshold=draft_threshold, threshold_rule=threshold_rule, lenience=lenience)
+      draft_threshold=draft_threshold, threshold_rule=threshold_rule, lenience=lenience,
+      t5x_rounding=t5x_rounding)

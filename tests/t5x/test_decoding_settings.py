@@ -147,3 +147,14 @@ def test_the_shipped_greedy_gin_makes_a_t5x_model_gin_speculative(trained):
                   [f'DRAFT_CHECKPOINT_PATH = {real_t5x.quoted(trained["draft"])}'], '%MODEL')
   assert isinstance(model, speculative.SpeculativeEncoderDecoderModel)
   assert model.sampling_defaults == dict(temperature=0.0, topk=1, topp=0.0)
+
+
+def test_the_t5x_route_computes_with_t5xs_bfloat16_rounding_unless_told_not_to():
+  params = jax.eval_shape(lambda: speculative.from_model(
+      _plain(), draft_module=tiny_t5x.DRAFT).get_initial_variables(
+          jax.random.PRNGKey(0), *tiny_t5x.shapes(2, 8, 8)))['params']
+  for given, expected in ((None, True), (False, False)):
+    kwargs = {} if given is None else {'t5x_rounding': given}
+    model = speculative.from_model(_plain(), draft_module=tiny_t5x.DRAFT, **kwargs)
+    target, draft = model.specjax_models(params)
+    assert target.config.t5x_rounding is draft.config.t5x_rounding is expected
