@@ -16,9 +16,11 @@ import jax
 import numpy as np
 
 from specjax.bench import compiled
-from specjax.bench import decodes, timing
+from specjax.bench import decodes
 from specjax.core import api, theory
+from specjax.core.figures import decode_figures
 from specjax.core.sampling import SamplingConfig
+from specjax.speed import timing
 
 
 def interleaved_rounds(jobs: Dict[str, Callable[[], float]], rounds: int
@@ -209,19 +211,19 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
   run, ref = spec.summary(), base.summary()
   s = run['stats']
   num_calls = int(s.target_calls.sum())
-  alpha = float(s.beta_sum.sum() / max(s.beta_count.sum(), 1))
+  f = decode_figures(s)
+  alpha = float(f.alpha)
   costs = {'c': t['t_draft'] / t['t_1'], 'v': {gamma + 1: t['t_verify'] / t['t_1']}}
   row = {
       'gamma': gamma, 'temperature': sampling.temperature, 'alpha': alpha,
-      'alpha_accepted': float(s.accepted.sum() / max(s.beta_count.sum(), 1)),
-      'tokens_per_call': float(s.generated.sum() / max(num_calls, 1)),
+      'alpha_accepted': float(f.acceptance_rate), 'tokens_per_call': float(f.tokens_per_call),
       'predicted_tokens_per_call': theory.expected_tokens_per_call(min(alpha, 1.0), gamma),
       'target_calls': num_calls, 'tokens': run['num_tokens'],
       'baseline_tokens': ref['num_tokens'],
       'tokens_per_second': run['num_tokens'] / t['seconds'],
       'baseline_tokens_per_second': ref['num_tokens'] / t['baseline_seconds'],
       'iterations': run['iterations'], 'batch_size': batch, 'refill': bool(slots),
-      'drafted_per_call': float(s.drafted.sum() / max(num_calls, 1)),
+      'drafted_per_call': float(f.drafted_per_call),
       **t, 'c': costs['c'], 'v': costs['v'][gamma + 1],
       **score(t['baseline_seconds'], t['seconds'], alpha, gamma, costs,
               t['baseline_prefill_seconds'], t['prefill_seconds'], run['num_tokens'],
