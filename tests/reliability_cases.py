@@ -64,8 +64,14 @@ CASES = [
     Case('a text line that starts with "{"', b'{0} not found\nOpen the file\n'),
     Case('JSONL: every line a JSON object with "inputs"; other fields are carried through',
          b'{"inputs": "Open the file", "id": 7}\n{"inputs": "Print the page", "id": 8}\n'),
-    Case('JSON-looking lines mixed with text: every line is a text',
+    Case('a JSONL file (its first line a JSON object) with a line that is not',
          b'{"inputs": "Open the file"}\nPrint the page\n'),
+    Case('a JSONL line without "inputs"', b'{"inputs": "Open the file"}\n{"text": "Print"}\n'),
+    Case('a JSONL field the output writes itself ("prediction")',
+         b'{"inputs": "Open the file", "prediction": "mine"}\n'),
+    Case('a JSONL escape of a lone surrogate (\\ud800)', b'{"inputs": "Open \\ud800 file"}\n'),
+    Case('a JSONL file with a byte order mark', b'\xef\xbb\xbf{"inputs": "Open the file"}\n'),
+    Case('lines ended by a lone CR', b'Open the file\rPrint the page\r'),
     Case('--input-format jsonl with a line that is not JSON',
          b'{"inputs": "Open the file"}\nPrint the page\n', ['--input-format', 'jsonl']),
     Case('bytes that are not UTF-8', b'Open the file\nPrint \xff page\n'),
@@ -89,6 +95,11 @@ CASES = [
     Case('--top-p 1.5 with sampling', b'Open the file\n', ['--temperature', '1', '--top-p',
                                                            '1.5']),
     Case('--max-decode-len 0', b'Open the file\n', ['--max-decode-len', '0']),
+    Case('--gamma 100000', b'Open the file\n', ['--gamma', '100000']),
+    Case('--seed 4294967296 (2**32)', b'Open the file\n', ['--seed', '4294967296']),
+    Case('--temperature inf', b'Open the file\n', ['--temperature', 'inf']),
+    Case('--output -: the records on standard output', b'Open the file\nPrint the page\n',
+         ['--output', '-']),
 ]
 
 
@@ -119,12 +130,13 @@ def outcome(case: Case) -> str:
       flags = ['--input', '-' if case.stdin else str(src)] + flags
     if '--output' not in flags:
       flags += ['--output', str(tmp / 'records.jsonl')]
-    code, _, err = run(QUICK + flags, case.data if case.stdin else None)  # flags win
+    code, stdout, err = run(QUICK + flags, case.data if case.stdin else None)  # flags win
     if code != 0:
       line = err.strip().splitlines()[-1]
       return f'exit {code}: `{line.replace(str(tmp) + os.sep, "")}`'
-    path = pathlib.Path(flags[flags.index('--output') + 1])
-    records = [json.loads(r) for r in path.read_text().splitlines()]
+    path = flags[flags.index('--output') + 1]
+    text = stdout if path == '-' else pathlib.Path(path).read_text()
+    records = [json.loads(r) for r in text.splitlines()]
     shown = [{k: (v[:40] + '...' if isinstance(v, str) and len(v) > 40 else v)
               for k, v in r.items() if k not in ('prediction', 'target_calls', 'accepted',
                                                  'drafted', 'num_tokens')} for r in records]

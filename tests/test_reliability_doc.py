@@ -19,8 +19,23 @@ EXPECTED = {
         'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", "id": '
         '7, "input_line": 1}, {"inputs": "translate English to German: Print the p...", "id": '
         '8, "input_line": 2}]`'),
-    'JSON-looking lines mixed with text: every line is a text': (
-        'exit 0, 2 records: `[{"inputs": "translate English to German: {\\"inputs\\": ...", '
+    'a JSONL file (its first line a JSON object) with a line that is not': (
+        'exit 2: `error: in.txt:2: not a JSON object with a string "inputs" field; fix the '
+        'line or pass --input-format text`'),
+    'a JSONL line without "inputs"': (
+        'exit 2: `error: in.txt:2: not a JSON object with a string "inputs" field; fix the '
+        'line or pass --input-format text`'),
+    'a JSONL field the output writes itself ("prediction")': (
+        'exit 2: `error: in.txt:1: field "prediction" is one the output writes itself; '
+        'rename it in the input`'),
+    'a JSONL escape of a lone surrogate (\\ud800)': (
+        'exit 2: `error: in.txt:1: a JSON escape encodes no character (a lone surrogate such '
+        'as \\ud800); fix the line or pass --errors replace`'),
+    'a JSONL file with a byte order mark': (
+        'exit 0, 1 records: `[{"inputs": "translate English to German: Open the fi...", '
+        '"input_line": 1}]`'),
+    'lines ended by a lone CR': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", '
         '"input_line": 1}, {"inputs": "translate English to German: Print the p...", '
         '"input_line": 2}]`'),
     '--input-format jsonl with a line that is not JSON': (
@@ -70,6 +85,18 @@ EXPECTED = {
         'exit 2: `error: top_p must be in (0, 1] (1 keeps all), got 1.5`'),
     '--max-decode-len 0': (
         'exit 2: `error: max_decode_len must be an integer >= 1, got 0`'),
+    '--gamma 100000': (
+        'exit 2: `error: --gamma 100000 is more than --max-decode-len 6: no output holds that '
+        'many draft tokens; pass --gamma at most --max-decode-len`'),
+    '--seed 4294967296 (2**32)': (
+        'exit 2: `error: --seed must be in [0, 2**32) (a PRNG key holds 32 bits of it), got '
+        '4294967296`'),
+    '--temperature inf': (
+        'exit 2: `error: temperature must be finite and >= 0 (0 is greedy), got inf`'),
+    '--output -: the records on standard output': (
+        'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", '
+        '"input_line": 1}, {"inputs": "translate English to German: Print the p...", '
+        '"input_line": 2}]`'),
 }
 
 

@@ -164,6 +164,8 @@ class DecodeConfig:
     if not 0 <= self.seed < SEEDS:
       raise ValueError(f'--seed must be in [0, 2**32) (a PRNG key holds 32 bits of it), got '
                        f'{self.seed}')
+    if self.max_decode_len < 1:  # as the API says it
+      raise ValueError(f'max_decode_len must be an integer >= 1, got {self.max_decode_len}')
     if self.gamma != AUTO and self.gamma > self.max_decode_len:
       raise ValueError(f'--gamma {self.gamma} is more than --max-decode-len '
                        f'{self.max_decode_len}: no output holds that many draft tokens; pass '
