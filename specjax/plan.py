@@ -3,7 +3,10 @@
 Compiles the real sharded decode (target t5_xxl, draft t5_small, gamma 7, bfloat16
 activations) for each mesh, batch and decode length against shapes only, on simulated
 CPU devices and, with `--tpu`, for compile-only TPU v4 chips (libtpu), and writes the
-tables to docs/scale.md (see `specjax/speed/memory_plan.py`). The full grid with --tpu takes
+tables to `--output` (default specjax_reports/scale.md; the committed plan is docs/scale.md,
+see `specjax/speed/memory_plan.py`) when the grid is done: the rows go to X.partial.json as
+they are planned (`--resume` continues from them), the old files stay whole until then
+(`specjax.reports`). The full grid with --tpu takes
 about an hour on two CPU cores; `--quick` plans 1 and 4 chips at B 1 and 8, L 128 only.
 
 `--speed` predicts TPU v4 speed instead: the roofline of the same programs' cost
@@ -13,7 +16,7 @@ analysis, the paper's Table 2 predicted beside measured (docs/tpu_speed.md, see
 A decoder-only pair (`--target llama3_8b --draft llama3_2_1b`) is planned on a TPU v4-8
 slice, on one TPU v5e chip and on a v5e-4, bf16 params, its prompt as the input; its tables
 go to their own section of the same file (`plan_sections`), the rows to
-docs/scale_TARGET+DRAFT.json.
+scale_TARGET+DRAFT.json beside it.
 """
 from __future__ import annotations
 
@@ -30,7 +33,6 @@ import argparse  # pylint: disable=g-import-not-at-top,wrong-import-position
 import datetime
 import functools
 import importlib.util
-import json
 import sys
 
 import jax
@@ -38,6 +40,7 @@ import jax
 jax.config.update('jax_platforms', 'cpu')  # plan on the host even on a TPU VM
 
 from specjax import plan_config  # pylint: disable=wrong-import-position
+from specjax import reports
 from specjax import plan_sections
 from specjax.parallel import mesh as mesh_lib
 from specjax.parallel import rules as axis_rules
@@ -128,7 +131,7 @@ def main(argv=None) -> int:
   if args.speed:
     from specjax.speed import cli as speed_cli  # pylint: disable=import-outside-toplevel
     return speed_cli.main(args, argv)
-  args.output = args.output or 'docs/scale.md'
+  args.output = args.output or reports.default_output('scale.md')
   known = {**T5_CONFIGS, **LM_CONFIGS}
   for name in (args.target, args.draft):
     if name not in known:
@@ -154,22 +157,31 @@ def main(argv=None) -> int:
   rows_path = os.path.splitext(args.output)[0] + '.json'
   if lm:
     rows_path = plan_sections.rows_path(args.output, args.target, args.draft)
+  refused = reports.unwritable(args.output)
+  if refused:
+    refused = f'error: --output {args.output}: {refused}'
+  else:
+    refused = reports.downgrade_error(rows_path, args.output, tpu=args.tpu, quick=args.quick)
+  if refused:
+    print(refused, file=sys.stderr)
+    return 2
   os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
   tables = {'cpu': [], 'tpu': []}
-  if args.resume and os.path.exists(rows_path):
-    with open(rows_path, encoding='utf-8') as f:
-      tables = {k: [memory_plan.PlanRow.from_json(r) for r in v]
-                for k, v in json.load(f).items()}
+  old = reports.read_rows(rows_path) if args.resume else None
+  if old:
+    tables = {k: [memory_plan.PlanRow.from_json(r) for r in v] for k, v in old.items()
+              if k in tables}
+
+  def rows_json():
+    return {k: [r.to_json() for r in v] for k, v in tables.items()}
 
   def write(backend, row):
     tables[backend].append(row)
-    with open(rows_path, 'w', encoding='utf-8') as f:
-      json.dump({k: [r.to_json() for r in v] for k, v in tables.items()}, f, indent=1)
+    reports.write_json(reports.partial_path(rows_path), rows_json())
     print(f'{backend} {row.chips} chips {row.mesh[0]}x{row.mesh[1]} {row.param_dtype} '
           f'B={row.batch} L={row.max_decode_len}: '
           f'{row.error or f"{row.chip_peak / memory_plan.GIB:.2f} GiB a chip"} '
           f'({row.compile_seconds:.0f} s)', file=sys.stderr, flush=True)
-    render()
 
   def render():
     text = header
@@ -203,6 +215,10 @@ def main(argv=None) -> int:
                             done=[r.key for r in tables[backend]],
                             devices_per_chip=per_chip, hbm=hbm, **common)
   render()
+  reports.write_json(rows_path, rows_json())
+  if os.path.exists(reports.partial_path(rows_path)):
+    os.unlink(reports.partial_path(rows_path))
+  print(f'wrote {args.output} and {rows_path}', file=sys.stderr)
   return 0
 
 

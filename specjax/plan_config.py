@@ -34,7 +34,7 @@ class PlanConfig:
   tpu: bool = flag(False, 'also compile for TPU v4 with libtpu (pip install libtpu; no TPU '
                    'needed)')
   speed: bool = flag(False, 'predict TPU v4 speed from the compiled programs\' cost analysis '
-                     '(docs/tpu_speed.md; needs libtpu)')
+                     '(the report of docs/tpu_speed.md; needs libtpu)')
   cpu: bool = flag(False, _SPEED + 'compile for this CPU (a check of the arithmetic; --quick '
                    'does so where libtpu is absent)')
   targets: Optional[str] = flag(None, _SPEED + 'plan only these targets of the grid '
@@ -49,11 +49,13 @@ class PlanConfig:
                       'compiling nothing')
   before: str = flag('docs/tpu_speed_before.json', _SPEED + 'excess-traffic rows of the '
                      'previous code, shown beside the new ones')
-  output: Optional[str] = flag(None, 'markdown file to write (default docs/scale.md, with '
-                               '--speed docs/tpu_speed.md); the rows also go to the same path '
-                               'with .json, as they are measured')
-  resume: bool = flag(False, 'keep the rows of that .json and plan only the missing cells '
-                      '(after an interrupted run)')
+  output: Optional[str] = flag(None, 'markdown file to write when the grid is done (default '
+                               'specjax_reports/scale.md, with --speed '
+                               'specjax_reports/tpu_speed.md; the committed ones are in '
+                               'docs/); the rows go to the same path with .partial.json as '
+                               'they are measured, and with .json at the end')
+  resume: bool = flag(False, 'keep the rows of that .partial.json (or .json) and plan only the '
+                      'missing cells (after an interrupted run)')
 
 
 # The decode's defaults the plan changes: T5-XXL's bfloat16 activations, sampling.

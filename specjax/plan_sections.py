@@ -13,6 +13,7 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from specjax import reports
 from specjax.parallel import mesh as mesh_lib
 from specjax.speed import memory_plan
 
@@ -141,5 +142,4 @@ def write(path: str, text: str, section: Optional[str] = None) -> None:
   out = head.rstrip('\n') + '\n'
   for name, body in sections.items():
     out += f'\n{_BEGIN.format(name)}\n{body.rstrip(chr(10))}\n{_END.format(name)}\n'
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write(out)
+  reports.write_text(path, out)

@@ -3,7 +3,8 @@
 A citation is a name with a folder (`docs/algorithm.md`, `assets/demo/MODEL_CARD.md`) or a
 capitalised one (`README.md`, `MODEL_CARD.md`); a bare lower-case name is a file a program
 writes where it is told (`tmp_path / 'b.md'`), and a name after a shell variable
-(`$RESULTS_DIR/x.md`) is an output path.
+(`$RESULTS_DIR/x.md`) or under the generators' default folder (`specjax_reports/`) is an
+output path.
 """
 import pathlib
 import re
@@ -13,6 +14,7 @@ SCANNED = ('specjax', 'tests', 'scripts', 'configs', 'tpu', 'docs')
 SUFFIXES = {'.py', '.sh', '.gin', '.md', '.txt', '.toml', '.cfg', '.yaml', '.yml'}
 # Notes that are not part of the repository: nothing may name them.
 OUTSIDE = tuple(n + '.md' for n in ('PAPER', 'STYLE', 'DESIGN')) + ('T5X' + '_NOTES',)
+OUTPUTS = 'specjax_reports/'  # where the plans write unless told (specjax.reports)
 NAME = re.compile(r'(?<![\w./$-])([\w.-]+/)*\w[\w.-]*\.md\b')
 
 
@@ -36,6 +38,8 @@ def cited_names(text: str) -> list:
   names = []
   for match in NAME.finditer(text):
     name = match.group(0)
+    if name.startswith(OUTPUTS):
+      continue
     if '/' in name or name[0].isupper():
       names.append(name)
   return names

@@ -2,8 +2,9 @@
 
 Low to high (docs/design.md says what each part holds):
 
-  0. models, parallel, flags the networks behind the model contract; meshes, sharding rules;
-                            command-line flags derived from a config's fields
+  0. models, parallel, flags, the networks behind the model contract; meshes, sharding rules;
+     reports                command-line flags derived from a config's fields; where
+                            generated documents are written, and how
   1. core, checkpoints       the decode (a mesh's rules from parallel); weights into models
   2. demo, speed, t5x        bundled pairs' data; costs and plans; the decode inside T5X
   3. tasks                   seqio tasks over the bundled corpora
@@ -20,7 +21,7 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'specjax'
 
 LAYERS = (
-    ('models', 'parallel', 'flags'),
+    ('models', 'parallel', 'flags', 'reports'),
     ('core', 'checkpoints'),
     ('demo', 'speed', 't5x'),
     ('tasks',),

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -95,13 +96,45 @@ def _roofline(row) -> float:
   return max(row['bytes'] / V4_CHIP.bytes_per_s, row['flops'] / V4_CHIP.flops_per_s)
 
 
-def test_quick_speed_plan_runs_and_predicts_by_the_formula(tmp_path):
-  output = tmp_path / 'tpu_speed.md'
-  subprocess.run([sys.executable, '-m', 'specjax.plan', '--speed', '--quick', '--cpu',
-                  '--output', str(output)], check=True, capture_output=True, cwd=ROOT,
-                 env=dict(os.environ, PYTHONPATH=ROOT))
+def _kill_after_first_row(cmd, cwd, env, partial):
+  """Starts `cmd` and kills it (SIGKILL) once `partial` holds a row; False when it ended
+  first."""
+  proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  while proc.poll() is None and not partial.exists():
+    time.sleep(0.05)
+  alive = proc.poll() is None
+  proc.kill()
+  proc.wait(timeout=60)
+  return alive
+
+
+def test_quick_speed_plan_killed_leaves_the_old_report_then_resumes(tmp_path):
+  """Without --output it writes under specjax_reports/; killed after a row, the old report
+  and rows are byte for byte as they were; --resume finishes with what was measured."""
+  reports = tmp_path / 'specjax_reports'
+  reports.mkdir()
+  output, rows = reports / 'tpu_speed.md', reports / 'tpu_speed.json'
+  old = {output: b'# an earlier report\n',
+         rows: json.dumps({'programs': [], 'run': {'tpu': False, 'quick': True}}).encode()}
+  for path, data in old.items():
+    path.write_bytes(data)
+  cmd = [sys.executable, '-m', 'specjax.plan', '--speed', '--quick', '--cpu']
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  partial = reports / 'tpu_speed.partial.json'
+  if _kill_after_first_row(cmd, tmp_path, env, partial):
+    assert {p: p.read_bytes() for p in old} == old
+    assert json.loads(partial.read_text())['programs']
+  subprocess.run(cmd + ['--resume'], check=True, capture_output=True, cwd=tmp_path, env=env)
+  assert sorted(p.name for p in tmp_path.rglob('*')) == [
+      'specjax_reports', 'tpu_speed.json', 'tpu_speed.md']  # nothing else, no partial
   text = output.read_text()
-  data = json.loads(output.with_suffix('.json').read_text())
+  data = json.loads(rows.read_text())
+  assert data['run'] == {'tpu': False, 'quick': True}
+  keys = [json.dumps([r[k] for k in ('model', 'program', 'tokens', 'batch', 'input_len',
+                                     'max_decode_len', 'mesh', 'greedy')])
+          for r in data['programs']]
+  assert len(set(keys)) == len(keys)  # the resumed run measured only what was missing
   assert '## 4. The paper\'s Table 2' in text and '## 7. Batch' in text
   cells = data['summary']['table2']
   assert len(cells) == len(paper.TABLE2)

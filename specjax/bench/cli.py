@@ -22,6 +22,7 @@ import sys
 import jax
 import numpy as np
 
+from specjax import reports
 from specjax.bench import paper_report, paper_table, peers, report, variants
 from specjax.bench import rows as bench_rows
 from specjax.bench.config import add_bench_flags
@@ -214,8 +215,7 @@ def _write(args, result, reporter, text: str) -> None:
   through `reporter` (`report` for the gamma sweep, `paper_report` for --paper-table)."""
   print(text)
   if args.json_path:
-    with open(args.json_path, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=1)
+    reports.write_json(args.json_path, result)
   if args.plot:
     reporter.plot(result, args.plot)
   if args.markdown:
@@ -224,6 +224,12 @@ def _write(args, result, reporter, text: str) -> None:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  for flag, path in (('--json', args.json_path), ('--plot', args.plot),
+                     ('--markdown', args.markdown)):
+    problem = reports.unwritable(path) if path else None
+    if problem:  # before the run, not after it
+      print(f'error: {flag} {path}: {problem}', file=sys.stderr)
+      return 2
   try:
     result = run_paper_table(args) if args.paper_table else run_bench(args)
   except (ValueError, FileNotFoundError) as e:

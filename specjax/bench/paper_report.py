@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+from specjax import reports
 from specjax.speed.paper import TABLE2, TASKS as PAPER_TASKS
 
 # The paper's bigram draft (docs/algorithm.md; the paper names no task for it).
@@ -147,8 +148,7 @@ def write_markdown(result: dict, path: str, plot_path: Optional[str] = None) -> 
             f'draft: alpha about {PAPER_BIGRAM["alpha"]}, {PAPER_BIGRAM["speedup"]}x.', '']
   for key, title in PAPER_TASKS.items():
     lines += [f'### {title} (the paper)', ''] + paper_rows(key)
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write('\n'.join(lines))
+  reports.write_text(path, '\n'.join(lines))
 
 
 def plot(result: dict, path: str) -> None:
@@ -175,7 +175,8 @@ def plot(result: dict, path: str) -> None:
     ax.set_title(_TITLES.get(task, task))
     ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  with reports.replacing(path) as tmp:  # whole or not at all
+    fig.savefig(tmp, dpi=110)
   plt.close(fig)
 
 

@@ -9,6 +9,7 @@ from typing import List
 import jax
 import numpy as np
 
+from specjax import reports
 from specjax.core import theory
 
 _COLUMNS = ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'tokens_per_second',
@@ -117,7 +118,8 @@ def plot(result: dict, path: str) -> None:
                + (', refilled' if result.get('refill') else ''))
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  with reports.replacing(path) as tmp:  # whole or not at all
+    fig.savefig(tmp, dpi=120)
   plt.close(fig)
 
 
@@ -236,8 +238,7 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
     lines += [f'![measured and predicted speedup]({rel})', '']
   lines += ['## Where the time goes', '', reading(result), '']
   lines += beyond_the_draft(result)
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write('\n'.join(lines))
+  reports.write_text(path, '\n'.join(lines))
 
 
 _VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'threshold_rule', 'gamma',

@@ -3,9 +3,10 @@
 Compiles, for compile-only TPU v4 (libtpu, no TPU; `--cpu` uses this machine's CPU
 instead, as the `--quick` path does where libtpu is absent), every program of
 `programs.measure_pair` over the grid below, the excess-traffic steps of `traffic`, and
-real T5X's decode step where T5X imports; keeps every row in the .json beside the
-markdown as it is measured (`--resume` continues an interrupted run) and renders
-docs/tpu_speed.md (`report.render`).
+real T5X's decode step where T5X imports; keeps every row in X.partial.json as it is
+measured (`--resume` continues an interrupted run) and, when the grid is done, renders the
+report (`report.render`) to `--output` (default specjax_reports/tpu_speed.md, see
+`specjax.reports`; the committed one is docs/tpu_speed.md) and its rows beside it.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax
 
+from specjax import reports
 from specjax.core.state import LoopConfig
 from specjax.models.t5_config import T5_CONFIGS
 from specjax.speed import programs, report, t5x_peer, traffic
@@ -132,14 +134,16 @@ def prepare_tpu() -> None:
 
 
 class Store:
-  """The rows of a run, written to JSON after each one (resumable)."""
+  """The rows of a run, written to X.partial.json after each one (resumable); `finish`
+  replaces X.json with them."""
 
   def __init__(self, path: str, resume: bool):
     self.path = path
+    self.partial = reports.partial_path(path)
     self.data = {'programs': [], 'traffic': [], 'peers': []}
-    if resume and os.path.exists(path):
-      with open(path, encoding='utf-8') as f:
-        self.data.update({k: v for k, v in json.load(f).items() if k in self.data})
+    old = reports.read_rows(path) if resume else None
+    if old:
+      self.data.update({k: v for k, v in old.items() if k in self.data})
 
   def merge(self, path: str) -> None:
     """Adds the rows of another run's .json (a run of other --targets or --chips)."""
@@ -157,8 +161,14 @@ class Store:
 
   def add(self, kind: str, row) -> None:
     self.data[kind].append(row.to_json())
-    with open(self.path, 'w', encoding='utf-8') as f:
-      json.dump(self.data, f, indent=1)
+    reports.write_json(self.partial, self.data)
+
+  def finish(self, summary: dict, run: dict) -> None:
+    """Writes the rows with the report's summary and what ran them to X.json, whole, and
+    drops the partial file."""
+    reports.write_json(self.path, dict(self.data, summary=summary, run=run))
+    if os.path.exists(self.partial):
+      os.unlink(self.partial)
 
 
 def _log(text: str) -> None:
@@ -240,8 +250,16 @@ def main(args, argv: Sequence[str]) -> int:
   if not cpu:
     prepare_tpu()
   grid = QUICK if args.quick else FULL
-  output = args.output or 'docs/tpu_speed.md'
+  output = args.output or reports.default_output('tpu_speed.md')
   rows_path = os.path.splitext(output)[0] + '.json'
+  refused = reports.unwritable(output)
+  if refused:
+    refused = f'error: --output {output}: {refused}'
+  else:
+    refused = reports.downgrade_error(rows_path, output, tpu=not cpu, quick=args.quick)
+  if refused:
+    print(refused, file=sys.stderr)
+    return 2
   os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
   store = Store(rows_path, args.resume)
   for path in args.merge.split(',') if args.merge else ():
@@ -266,10 +284,7 @@ def main(args, argv: Sequence[str]) -> int:
                   for r in store.data[kind]),
       before_path=args.before if before else '')
   text, summary = report.render(context, store.programs(), store.traffic(), before)
-  with open(output, 'w', encoding='utf-8') as f:
-    f.write(text)
-  store.data['summary'] = summary
-  with open(rows_path, 'w', encoding='utf-8') as f:
-    json.dump(store.data, f, indent=1)
+  reports.write_text(output, text)
+  store.finish(summary, {'tpu': not cpu, 'quick': bool(args.quick)})
   _log(f'wrote {output} and {rows_path} ({time.perf_counter() - start:.0f} s)')
   return 0
