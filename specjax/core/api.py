@@ -63,6 +63,76 @@ def _check_pair(target, draft, gamma) -> None:
                      f'{draft.vocab_size}); use a draft trained on the target\'s vocabulary')
 
 
+def _check_call(inputs, num: int, num_inputs, row_ids, rng, eos_id, pad_id,
+                vocab_size: int) -> None:
+  """One-line ValueErrors for arguments of the wrong kind, shape or range: float or bool
+  ids, num_inputs < 0, row_ids that are not [N] integers, an rng that is not a PRNG key,
+  eos or pad ids outside the vocabulary."""
+  dtype = np.dtype(getattr(inputs, 'dtype', np.int32))
+  if not np.issubdtype(dtype, np.integer):
+    raise ValueError(f'inputs must hold integer token ids, got dtype {dtype}; tokenize them '
+                     '(int32)')
+  if num_inputs is not None and (isinstance(num_inputs, bool) or not isinstance(
+      num_inputs, (int, np.integer)) or num_inputs < 0):
+    raise ValueError(f'num_inputs must be an integer >= 0 (the leading inputs to decode), '
+                     f'got {num_inputs!r}')
+  if row_ids is not None:
+    ids_dtype = np.dtype(getattr(row_ids, 'dtype', np.asarray(row_ids).dtype))
+    if np.shape(row_ids) != (num,) or not np.issubdtype(ids_dtype, np.integer):
+      raise ValueError(f'row_ids must be [{num}] integers (one run index per input row), got '
+                       f'shape {np.shape(row_ids)} of {ids_dtype}')
+  if rng is not None:
+    kind = getattr(rng, 'dtype', None)
+    typed = kind is not None and jax.dtypes.issubdtype(kind, jax.dtypes.prng_key)
+    raw = kind == np.uint32 and np.ndim(rng) == 1  # jax.random.PRNGKey's uint32 words
+    if not (typed and np.ndim(rng) == 0) and not raw:
+      raise ValueError(f'rng must be a PRNG key (jax.random.PRNGKey(seed) or '
+                       f'jax.random.key(seed)), got {rng!r:.60}')
+  for name, value in (('eos_id', eos_id), ('pad_id', pad_id)):
+    if value is not None and (isinstance(value, bool) or not isinstance(
+        value, (int, np.integer)) or not 0 <= value < vocab_size):
+      raise ValueError(f'{name} must be an id in [0, {vocab_size}) (the vocabulary), got '
+                       f'{value!r}')
+
+
+@functools.lru_cache(maxsize=64)
+def _param_shapes(model):
+  """{path: shape} of the params `model.init` makes (traced, nothing computed)."""
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+  return {jax.tree_util.keystr(p): tuple(x.shape)
+          for p, x in jax.tree_util.tree_flatten_with_path(shapes)[0]}
+
+
+def check_params(model, params, name: str, other: str = '') -> None:
+  """Raises a one-line ValueError when `params` are not a params tree of `model` (another
+  model's, say the draft's passed as the target's): the first path or shape that differs.
+  Models without `init` are not checked."""
+  init = getattr(model, 'init', None)
+  if init is None:
+    return
+  try:
+    hash(model)
+  except TypeError:
+    return
+  want = _param_shapes(model)
+  try:
+    got = {jax.tree_util.keystr(p): tuple(np.shape(x))
+           for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+  except Exception:  # pylint: disable=broad-except
+    got = {}
+  if got == want:
+    return
+  missing = sorted(set(want) - set(got))
+  extra = sorted(set(got) - set(want))
+  if missing or extra:
+    where = (f'lacks {missing[0]}' if missing else f'has {extra[0]}, which the model has not')
+  else:
+    path = next(k for k in want if want[k] != got[k])
+    where = f'holds {path} of shape {got[path]}, the model\'s is {want[path]}'
+  hint = f' (were {name} and {other} swapped?)' if other else ''
+  raise ValueError(f'{name} do not fit the model: the tree {where}{hint}')
+
+
 @functools.lru_cache(maxsize=64)
 def _device_defaults(num: int, setting: Optional[SamplingConfig]):
   """Device arrays of the default arguments (kept: a repeated call moves nothing)."""
@@ -131,8 +201,13 @@ def decode(target, target_params, draft, draft_params, inputs, *, gamma: int,
   num = int(np.shape(inputs)[0])
   if slots is not None and (not isinstance(slots, (int, np.integer)) or slots < 1):
     raise ValueError(f'slots must be an integer >= 1, got {slots!r}')
+  _check_call(inputs, num, num_inputs, row_ids, rng, eos_id, pad_id, target.vocab_size)
   n = num if num_inputs is None else min(int(num_inputs), num)
   _check_ids(inputs, n, target.vocab_size, getattr(target, 'pad_id', 0))
+  check_params(target, target_params, 'target_params',
+               'draft_params' if draft is not None else '')
+  if draft is not None:
+    check_params(draft, draft_params, 'draft_params', 'target_params')
   params = SamplingParams.of(sampling, num)  # host values: validated, and the static mode
   params.validate(target.vocab_size)
   dec = _decoder(target, draft, gamma, max_decode_len, params, eos_id, pad_id, mesh, rules,

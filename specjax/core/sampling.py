@@ -97,13 +97,22 @@ class SamplingParams:
       rows: B.
 
     Raises:
-      ValueError: a sequence whose length is not B.
+      ValueError: a sequence whose length is not B, or params whose arrays are not [B].
     """
     if isinstance(settings, SamplingParams):
-      return jax.tree.map(np.asarray, settings)
+      params = jax.tree.map(np.asarray, settings)
+      for name in ('temperature', 'top_k', 'top_p'):
+        if np.shape(getattr(params, name)) != (rows,):
+          raise ValueError(f'SamplingParams.{name} has shape '
+                           f'{np.shape(getattr(params, name))} for {rows} rows; pass [{rows}] '
+                           'arrays (one value per row)')
+      return params
     if isinstance(settings, SamplingConfig):
       settings = [settings] * rows
     settings = list(settings)
+    for setting in settings:  # before the int32 array would round a float top-k
+      if isinstance(setting.top_k, bool) or not isinstance(setting.top_k, (int, np.integer)):
+        raise ValueError(f'top_k must be an integer (0 keeps all), got {setting.top_k!r}')
     if len(settings) != rows:
       raise ValueError(f'{len(settings)} sampling settings for {rows} rows; pass one '
                        'SamplingConfig or one per row')
