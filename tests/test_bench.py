@@ -164,11 +164,21 @@ def test_model_calls_of_one_iteration_are_the_loops_calls():
   assert loop_target == [(3, 4), (3, 5)] and loop_draft == [(3, 4), (3, 2), (3, 1)]
 
 
-def test_quick_bench_end_to_end(tmp_path):
-  out, png, md = tmp_path / 'b.json', tmp_path / 'b.png', tmp_path / 'b.md'
+@pytest.fixture(scope='module')
+def quick_bench(tmp_path_factory):
+  """One --quick run with the peers and the rows beyond the draft model: (its JSON, the
+  plot's path, its markdown)."""
+  tmp = tmp_path_factory.mktemp('bench')
+  out, png, md = tmp / 'b.json', tmp / 'b.png', tmp / 'b.md'
   assert cli.main(['--quick', '--json', str(out), '--plot', str(png), '--markdown', str(md),
-                     '--peers', 'hf']) == 0
-  result = json.loads(out.read_text())
+                   '--peers', 'hf', '--drafts', 'copy', '--verifications', 'token,block',
+                   '--variant-gammas', '2', '--thresholds', '0.5', '--threshold-gamma', '3',
+                   '--threshold-rules', 'cumulative']) == 0
+  return json.loads(out.read_text()), png, md.read_text()
+
+
+def test_quick_bench_end_to_end(quick_bench):
+  result, png, text = quick_bench
   assert result['rows'] and result['traces'] == 1 and result['input_widths'] == [8]
   for row in result['rows']:
     for key in ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'speedup',
@@ -196,8 +206,8 @@ def test_quick_bench_end_to_end(tmp_path):
   assert result['draft_after_sweep']['gamma'] in (1, 2)
   assert all(run['identical'] for run in result['peers']['runs'].values())
   assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-  assert 'Where the time goes' in md.read_text() and '`draft_step`' in md.read_text()
-  assert 'timing noise:' in md.read_text()  # --rounds 3 by default
+  assert 'Where the time goes' in text and '`draft_step`' in text
+  assert 'timing noise:' in text  # --rounds 3 by default
 
 
 def test_inputs_first_or_longest_in_file_order(tmp_path):
@@ -307,13 +317,8 @@ def test_quick_bench_with_refill(tmp_path):
     assert 2 <= row['iterations'] < 32
 
 
-def test_quick_bench_rows_beyond_the_draft_model(tmp_path):
-  out, md = tmp_path / 'b.json', tmp_path / 'b.md'
-  assert cli.main(['--quick', '--drafts', 'copy', '--verifications', 'token,block',
-                   '--variant-gammas', '2', '--thresholds', '0.5', '--threshold-gamma', '3',
-                   '--threshold-rules', 'cumulative',
-                   '--rounds', '1', '--json', str(out), '--markdown', str(md)]) == 0
-  result = json.loads(out.read_text())
+def test_quick_bench_rows_beyond_the_draft_model(quick_bench):
+  result, _, text = quick_bench
   variants = result['variants']
   kinds = {(r['draft'], r['verification'], r['draft_threshold'], r['temperature'])
            for r in variants}
@@ -326,6 +331,5 @@ def test_quick_bench_rows_beyond_the_draft_model(tmp_path):
     if r['temperature'] == 0.0:
       assert r['identical_to_target'] is True
     assert 1.0 <= r['drafted_per_call'] <= r['gamma']
-  text = md.read_text()
   assert '## Other drafts, block verification, dynamic gamma' in text
   assert 'the best threshold (0.5' in text

@@ -120,6 +120,7 @@ def test_rows_that_take_the_first_rows_settings_fail_the_chi_square(monkeypatch,
   assert chi_square_pvalue(tokens[rows:], expected[1]) < 1e-3
 
 
+@pytest.mark.compute
 def test_a_warp_without_top_p_fails_the_wide_nucleus_check(monkeypatch, retrace):
   """test_sampling_exact's first token over V = 4096 under top-p 0.9, top-p forgotten."""
   vocab, n = 4096, 8_000

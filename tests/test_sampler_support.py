@@ -12,6 +12,8 @@ import pytest
 
 from specjax.core import acceptance, sampling
 
+pytestmark = pytest.mark.compute  # 10^6 draws over a vocabulary of 32128
+
 V = 32128
 DRAWS = 1 << 20  # >= 10^6 per setting
 CHUNK = 1 << 17  # draws per call (memory)

@@ -103,6 +103,7 @@ def test_rows_of_one_batch_sample_with_their_own_settings_without_recompiling():
   assert decoder.traces == before + 1  # new values, same program
 
 
+@pytest.mark.compute
 def test_first_token_over_four_thousand_follows_the_target_under_top_p():
   """V = 4096, top-p 0.9: the first token's histogram against the warped target, the tail
   of small expected counts pooled into one bin."""

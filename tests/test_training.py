@@ -4,6 +4,7 @@ reproducible, and a stopped run resumes from its checkpoint."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from specjax.demo import training
 from specjax.models.t5 import T5
@@ -150,6 +151,7 @@ def test_hashed_bits_are_uniform_and_independent_across_keys_and_neighbours():
     assert abs(np.corrcoef(x, y)[0, 1]) < 0.02  # other key, next column, next row
 
 
+@pytest.mark.compute
 def test_dropout_only_when_asked_and_reproducible_per_key():
   model = T5(t5_tiny)
   params = model.init(jax.random.PRNGKey(0))
