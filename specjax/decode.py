@@ -6,12 +6,39 @@ On Cloud TPU: `python -m specjax.decode --target t5_xxl --draft t5_small --input
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
+import os
+import signal
 import sys
 
-import jax
+
+class _Interrupt:
+  """Ctrl-C under `python -m specjax.decode`: at any moment (during the imports, the
+  compilation, the decode) one line and exit 130, at once. Every record already written
+  is whole and on disk (each is one write, synced), so the rerun resumes from it; no
+  exception is raised, so no library can swallow it (a KeyboardInterrupt inside a garbage
+  collector callback is only reported) or crash on it while it unwinds."""
+
+  output = None  # the run's output, once open
+
+  @classmethod
+  def handle(cls, signum, frame) -> None:
+    del signum, frame
+    out = cls.output
+    where = (f'{out.written} inputs are in {out.path}; rerun the same command to resume'
+             if out is not None and out.path != '<stdout>' else 'nothing was written to a file')
+    sys.stderr.write(f'\ninterrupted: {where}\n')
+    sys.stderr.flush()
+    os._exit(130)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':  # before the imports below, which take seconds
+  signal.signal(signal.SIGINT, _Interrupt.handle)
+
+import argparse  # pylint: disable=wrong-import-position
+import contextlib  # pylint: disable=wrong-import-position
+import json  # pylint: disable=wrong-import-position
+
+import jax  # pylint: disable=wrong-import-position
 from tqdm import tqdm
 
 from specjax.parallel import mesh as mesh_lib
@@ -85,11 +112,19 @@ def _print_summary(s: dict) -> None:
 def main(argv=None) -> int:
   config = parse_config(argv)
   # Before anything touches a device; then only host 0 of a pod writes and prints.
-  primary = not mesh_lib.init_distributed(config.multihost) or jax.process_index() == 0
+  try:
+    primary = (not mesh_lib.init_distributed(
+        config.multihost, coordinator_address=config.coordinator_address,
+        num_processes=config.num_processes, process_id=config.process_id)
+               or jax.process_index() == 0)
+  except ValueError as e:
+    print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
+    return 2
   job = config.replace(progress=not config.quiet and primary)
   output = None
   try:
     output = open_output(job.output) if primary else None
+    _Interrupt.output = output
 
     records = []
 
@@ -126,5 +161,17 @@ def main(argv=None) -> int:
   return 0
 
 
+def run_main() -> None:
+  """`python -m specjax.decode`: main's exit code; after an error or an interrupt the
+  process ends at once (`os._exit`), so that no library's threads (orbax's event loops,
+  XLA's compiler) print tracebacks or crash while the interpreter shuts down."""
+  code = main()
+  if code:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
+  sys.exit(0)
+
+
 if __name__ == '__main__':
-  sys.exit(main())
+  run_main()

@@ -3,8 +3,42 @@
 Each fixture hands out params a test may change (as the tiny pair's EOS bias does) without
 changing them for the next: the trees are copied, their arrays (immutable) shared.
 """
-import jax
-import pytest
+import os
+
+# The tests' models are tiny: XLA spends longer compiling their programs than running them.
+# JAX's jax_disable_most_optimizations (LLVM's lowest optimisation level) cuts the compile
+# time by a third and changes no result a test checks (every comparison is between programs
+# compiled alike, or within a tolerance). Tests marked `compute` run programs big enough
+# to want the optimiser, and get it back (`full_optimisation_when_marked`). Set before JAX
+# is imported; subprocesses of the tests inherit it.
+os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
+
+import tempfile  # pylint: disable=wrong-import-position
+
+import jax  # pylint: disable=wrong-import-position
+import pytest  # pylint: disable=wrong-import-position
+
+# `--gamma auto`'s cache of sampled runs' choices: never the user's, and each test its own
+# (`own_gamma_cache`), so that no test reuses another's calibration.
+os.environ['SPECJAX_CACHE_DIR'] = tempfile.mkdtemp(prefix='specjax-test-cache-')
+
+
+@pytest.fixture(autouse=True)
+def own_gamma_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv('SPECJAX_CACHE_DIR', str(tmp_path / 'specjax-cache'))
+
+
+@pytest.fixture(autouse=True)
+def full_optimisation_when_marked(request):
+  if request.node.get_closest_marker('compute') is None:
+    yield
+    return
+  before = jax.config.read('jax_disable_most_optimizations')
+  jax.config.update('jax_disable_most_optimizations', False)
+  try:
+    yield
+  finally:
+    jax.config.update('jax_disable_most_optimizations', before)
 
 
 def _fresh(params):

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import sys
 import tempfile
 from typing import Callable, List, Optional
@@ -29,6 +30,7 @@ class Case:
   flags: List[str] = dataclasses.field(default_factory=list)
   setup: Optional[Callable[[pathlib.Path], List[str]]] = None  # returns more flags
   stdin: bool = False
+  process: bool = False  # run as `python -m specjax.decode` (what a damaged file's threads do)
 
 
 def _nan_checkpoint(tmp: pathlib.Path) -> List[str]:
@@ -58,6 +60,30 @@ def _foreign_output(tmp: pathlib.Path) -> List[str]:
   out = tmp / 'notes.jsonl'
   out.write_text('{"my": "notes"}\n')
   return ['--output', str(out)]
+
+
+def _other_vocab(tmp: pathlib.Path) -> List[str]:
+  """The man-page pair's vocabulary, given to the demo pair."""
+  del tmp
+  from specjax.checkpoints.registry import bundled  # pylint: disable=import-outside-toplevel
+  return ['--vocab', bundled('manpages_target').vocab]
+
+
+def _damaged_checkpoint(part: str) -> Callable[[pathlib.Path], List[str]]:
+  """A copy of the demo target's checkpoint with one file cut to half its length: its
+  `_METADATA`, or the largest file of its arrays (`data`)."""
+  def setup(tmp: pathlib.Path) -> List[str]:
+    import shutil  # pylint: disable=import-outside-toplevel
+    from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS  # pylint: disable=import-outside-toplevel
+    path = tmp / 'target'
+    shutil.copytree(DEFAULT_CHECKPOINTS['demo_target'], path)
+    files = [p for p in path.rglob('*') if p.is_file()]
+    cut = (path / '_METADATA' if part == 'metadata'
+           else max(files, key=lambda p: p.stat().st_size))
+    data = cut.read_bytes()
+    cut.write_bytes(data[:len(data) // 2])
+    return ['--target-checkpoint', str(path)]
+  return setup
 
 
 CASES = [
@@ -100,6 +126,19 @@ CASES = [
     Case('--temperature inf', b'Open the file\n', ['--temperature', 'inf']),
     Case('--output -: the records on standard output', b'Open the file\nPrint the page\n',
          ['--output', '-']),
+    Case('--output in a folder that does not exist', b'Open the file\n',
+         ['--output', '/nonexistent/records.jsonl']),
+    Case('--vocab of another model (the man-page pair\'s, given to the demo pair)',
+         b'Open the file\n', setup=_other_vocab),
+    Case('--dtype foo', b'Open the file\n', ['--dtype', 'foo']),
+    Case('a checkpoint whose orbax _METADATA is cut short', b'Open the file\n',
+         setup=_damaged_checkpoint('metadata')),
+    Case('a checkpoint whose largest array file is cut short', b'Open the file\n',
+         setup=_damaged_checkpoint('data'), process=True),
+    Case('--gamma 1000000000 --max-decode-len 1000000000 (far more memory than there is)',
+         b'Open the file\n', ['--gamma', '1000000000', '--max-decode-len', '1000000000']),
+    Case('--coordinator-address without --num-processes and --process-id', b'Open the file\n',
+         ['--coordinator-address', 'localhost:1234']),
 ]
 
 
@@ -112,10 +151,27 @@ def run(args: List[str], stdin: Optional[bytes] = None):
     sys.stdin = io.TextIOWrapper(io.BytesIO(stdin))
   try:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-      code = decode.main(args)
+      try:
+        code = decode.main(args)
+      except SystemExit as e:  # argparse refusing a flag
+        code = e.code
   finally:
     sys.stdin = saved
   return code, out.getvalue(), err.getvalue()
+
+
+def run_process(args: List[str], stdin: Optional[bytes] = None):
+  """(exit code, stdout, stderr) of `python -m specjax.decode args`, as its own process."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  proc = subprocess.run([sys.executable, '-m', 'specjax.decode'] + args, input=stdin,
+                        capture_output=True, timeout=600,
+                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+  return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def decode_module():
+  from specjax import decode  # pylint: disable=import-outside-toplevel
+  return decode
 
 
 def outcome(case: Case) -> str:
@@ -130,10 +186,14 @@ def outcome(case: Case) -> str:
       flags = ['--input', '-' if case.stdin else str(src)] + flags
     if '--output' not in flags:
       flags += ['--output', str(tmp / 'records.jsonl')]
-    code, stdout, err = run(QUICK + flags, case.data if case.stdin else None)  # flags win
+    runner = run_process if case.process else run
+    code, stdout, err = runner(QUICK + flags, case.data if case.stdin else None)  # flags win
     if code != 0:
       line = err.strip().splitlines()[-1]
-      return f'exit {code}: `{line.replace(str(tmp) + os.sep, "")}`'
+      package = os.path.dirname(os.path.abspath(decode_module().__file__))
+      line = line.replace(str(tmp) + os.sep, '').replace(package + os.sep, 'specjax/')
+      line = re.sub(r'the [0-9,.]+ GiB of this host', 'the N GiB of this host', line)
+      return f'exit {code}: `{line}`'
     path = flags[flags.index('--output') + 1]
     text = stdout if path == '-' else pathlib.Path(path).read_text()
     records = [json.loads(r) for r in text.splitlines()]
@@ -171,6 +231,10 @@ EXACTNESS = """
 | acceptance and commit invariants for random p, q, drafts, positions, EOS and lengths | `tests/test_properties.py` |
 | the refilled stream, the mesh (1x8, 2x4, 8x1) and refill on a mesh give each input the output of its own unsharded decode, greedy and sampled; an input's sampled output does not depend on batch, refill or mesh | `tests/test_streaming.py`, `tests/multidevice/test_sharding.py` |
 | a killed and resumed run writes the file an uninterrupted run writes | `tests/test_resume.py` |
+| interrupted and rerun, greedy and sampled, `--gamma auto` and a fixed gamma, with and without refill: the file of an uninterrupted run; two runs of one sampled command write one file | `tests/test_reruns.py::test_interrupted_and_rerun_equals_an_uninterrupted_run`, `tests/test_reruns.py::test_sigkill_of_a_sampled_gamma_auto_refill_run_then_rerun` |
+| two processes joined by `jax.distributed` write the file of one process on the same mesh, from process 0 alone | `tests/multihost/test_two_processes.py` |
+| the plans and the bench write their documents whole or not at all, and a quick or CPU-only plan never replaces a full TPU one | `tests/test_reports.py`, `tests/test_speed.py::test_quick_speed_plan_killed_leaves_the_old_report_then_resumes` |
+| arguments of the wrong kind, shape or range (float ids, swapped params, an int rng, ...) are one-line ValueErrors | `tests/test_api_validation.py` |
 | non-finite logits are counted for their row only | `tests/test_bad_inputs.py::test_nonfinite_logits_are_counted_for_their_row_only` |
 | ids outside the vocabulary and rows of padding alone are refused before anything runs | `tests/test_bad_inputs.py` |
 """

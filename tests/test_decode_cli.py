@@ -120,8 +120,8 @@ def test_gamma_auto_explains_its_choice(tmp_path, capsys):
   src = tmp_path / 'in.txt'
   src.write_text('\n'.join(SENTENCES) + '\n')
   code, stdout, stderr = _run_main(['--input', str(src), '--gamma', 'auto', '--json',
-                                    '--quiet', '--batch-size', '3', '--max-decode-len', '16'],
-                                   capsys)
+                                    '--quiet', '--batch-size', '3', '--max-decode-len', '16',
+                                    '--max-gamma', '4'], capsys)
   assert code == 0, stderr
   summary = json.loads(stdout.strip().splitlines()[-1])
   assert summary['identical_to_target'] is True
@@ -129,10 +129,11 @@ def test_gamma_auto_explains_its_choice(tmp_path, capsys):
   from specjax.core import theory
   cal = summary['gamma_calibration']
   predicted = {g: theory.speedup(cal['alpha'], g, cal['c'], cal['v'][str(g + 1)])
-               for g in range(1, 9)}
+               for g in range(1, 5)}  # 1..--max-gamma
   assert cal['predicted_best'] == max(predicted, key=predicted.get)
   assert f'gamma {cal["predicted_best"]} maximises the predicted speedup' in summary[
-      'gamma_reason']
+      'gamma_reason'] and 'over 1..4,' in summary['gamma_reason']
+  assert sorted(cal['v'], key=int) == ['1', '2', '3', '4', '5']  # v(K) up to K = 5
   assert summary['gamma'] == (cal['predicted_best'] if cal['measured_speedup'] >= 1 else 0)
   assert f'measures {cal["measured_speedup"]:.2f}x' in summary['gamma_reason']
 

@@ -87,3 +87,26 @@ def test_done_prefix_stops_at_the_first_record_out_of_place():
   assert output_lib.done_prefix([b'{"inputs": "a", "input_', line(2, 'b')], examples) == 0
   assert output_lib.done_prefix([line(i + 1, t) for i, t in enumerate('abc')] +
                                 [line(1, 'a')], examples) == 3
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_resumes(tmp_path, src, capsys, monkeypatch):
+  """The disk fills after two records: one line naming the file and what it holds, exit 2
+  (no traceback from close), and the same command afterwards completes the file."""
+  import errno
+  import os
+  out = tmp_path / 'out.jsonl'
+  synced = []
+
+  def fsync(fd):
+    if len(synced) == 3:  # the sidecar, then two records
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    synced.append(fd)
+  monkeypatch.setattr(output_lib.os, 'fsync', fsync)
+  code, _, err = _run(capsys, '--input', str(src), '--output', str(out), *QUICK)
+  assert code == 2 and err.strip().splitlines()[-1] == (
+      f'error: cannot write {out}: No space left on device; 2 records are in it: free space '
+      '(or pass another --output) and rerun the same command to resume')
+  monkeypatch.undo()
+  code, _, _ = _run(capsys, '--input', str(src), '--output', str(out), *QUICK)
+  records = [json.loads(line) for line in out.read_text().splitlines()]
+  assert code == 0 and [r['input_line'] for r in records] == list(range(1, len(TEXTS) + 1))

@@ -97,6 +97,30 @@ EXPECTED = {
         'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", '
         '"input_line": 1}, {"inputs": "translate English to German: Print the p...", '
         '"input_line": 2}]`'),
+    '--output in a folder that does not exist': (
+        'exit 2: `error: cannot write --output /nonexistent/records.jsonl: No such file or '
+        'directory; pass a writable path`'),
+    '--vocab of another model (the man-page pair\'s, given to the demo pair)': (
+        'exit 2: `error: demo_target was trained with its own vocabulary '
+        '(specjax/assets/demo/spm.model), not specjax/assets/manpages/spm.model; drop '
+        '--vocab`'),
+    '--dtype foo': (
+        'exit 2: `python -m specjax.decode: error: argument --dtype: invalid choice: \'foo\' '
+        '(choose from \'float32\', \'bfloat16\', \'float16\')`'),
+    'a checkpoint whose orbax _METADATA is cut short': (
+        'exit 2: `error: cannot read the orbax checkpoint target (its _METADATA holds no tree '
+        'of arrays): it is incomplete or damaged (a truncated copy?); copy it again, or save '
+        'it again`'),
+    'a checkpoint whose largest array file is cut short': (
+        'exit 2: `error: cannot read the orbax checkpoint target (OUT_OF_RANGE): it is '
+        'incomplete or damaged (a truncated copy?); copy it again, or save it again`'),
+    '--gamma 1000000000 --max-decode-len 1000000000 (far more memory than there is)': (
+        'exit 2: `error: --gamma 1000000000 with --max-decode-len 1000000000 at --batch-size '
+        '2 needs about 157,356.3 GiB for the caches and logits, more than the N GiB of this '
+        'host; lower --max-decode-len, --gamma or --batch-size`'),
+    '--coordinator-address without --num-processes and --process-id': (
+        'exit 2: `error: --coordinator-address, --num-processes and --process-id go together; '
+        'pass all three (or none, on Cloud TPU)`'),
 }
 
 

@@ -109,3 +109,26 @@ def test_a_resume_with_another_setting_or_model_is_refused(inputs, change, named
   error = proc.stderr.strip().splitlines()[-1]
   assert error.startswith('error: ') and f'another {named}' in error, error
   assert out.read_text() == before  # the file is left as it was
+
+
+def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(inputs):
+  """During the imports, the loading, the compilation or the decode: no traceback, exit
+  130, the line says what the output holds."""
+  tmp, src, env = inputs
+  out = tmp / 'ctrl_c.jsonl'
+  interrupted = 0
+  for delay in (0.5, 2.0, 5.0):
+    proc = subprocess.Popen(_command(src, out), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:  # it finished first
+      continue
+    interrupted += 1
+    assert proc.returncode == 130 and 'Traceback' not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith('interrupted: ') and (
+        last == 'interrupted: nothing was written to a file' or
+        last.endswith(f'inputs are in {out}; rerun the same command to resume')), last
+  assert interrupted >= 2

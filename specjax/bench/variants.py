@@ -108,7 +108,7 @@ def gamma_auto_runs(texts: Sequence[str], batch_sizes: Sequence[int], job_fields
       compiled.free_if_needed()  # as each row does (rows.speculative_row)
       summary = decode_job.run(decode_job.DecodeJob(
           input=src, gamma='auto', batch_size=size, temperature=temperature, progress=False,
-          input_format='text', **job_fields))
+          input_format='text', recalibrate=True, **job_fields))  # measured, not cached
       out.append({k: summary[k] for k in (
           'batch_size', 'gamma', 'gamma_reason', 'gamma_calibration', 'speedup',
           'tokens_per_second', 'baseline_tokens_per_second', 'num_examples')})

@@ -231,14 +231,27 @@ def save_params(path: str, params: PyTree, config: Optional[T5Config] = None,
   return path
 
 
+def _damaged(path: str, e: Exception) -> ValueError:
+  """The one-line error of an orbax checkpoint that cannot be read whole."""
+  # The kind of failure, not its details: which array a truncated file fails first varies.
+  reason = ' '.join(str(e).split()).split(':')[0][:120] or type(e).__name__
+  return ValueError(f'cannot read the orbax checkpoint {path} ({reason}): it is incomplete or '
+                    'damaged (a truncated copy?); copy it again, or save it again')
+
+
 def _orbax_shapes(path: str) -> PyTree:
   """The stored tree with `jax.ShapeDtypeStruct` leaves, read from orbax's metadata."""
   path = os.fspath(path)
   path = path if '://' in path else os.path.abspath(path)  # orbax needs absolute paths
-  with _orbax().StandardCheckpointer() as checkpointer:
-    meta = checkpointer.metadata(path)
+  try:
+    with _orbax().StandardCheckpointer() as checkpointer:
+      meta = checkpointer.metadata(path)
+  except Exception as e:  # pylint: disable=broad-except
+    raise _damaged(path, e) from e
   tree = getattr(meta, 'item_metadata', meta)
   tree = getattr(tree, 'tree', tree)
+  if not isinstance(tree, dict) or not tree:
+    raise _damaged(path, ValueError('its _METADATA holds no tree of arrays'))
   return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree,
                       is_leaf=lambda m: hasattr(m, 'shape'))
 
@@ -256,8 +269,13 @@ def load_params_orbax(path: str, abstract_params: Optional[PyTree] = None) -> Py
   """
   path = os.fspath(path)
   path = path if '://' in path else os.path.abspath(path)
-  with _orbax().StandardCheckpointer() as checkpointer:
-    return checkpointer.restore(path, abstract_params)
+  try:
+    with _orbax().StandardCheckpointer() as checkpointer:
+      return checkpointer.restore(path, abstract_params)
+  except FileNotFoundError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    raise _damaged(path, e) from e
 
 
 # ----------------------------------------------------------------------------- load_model

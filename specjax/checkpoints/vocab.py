@@ -7,6 +7,10 @@ from typing import Sequence
 from specjax.checkpoints import t5x
 
 
+# Logits a T5 model may have past its SentencePiece ids: 100 extra ids, then padding to a
+# multiple of 128.
+MAX_UNUSED_LOGITS = 128
+
 
 class Vocabulary:
   """A T5 SentencePiece vocabulary: pad 0 (also the decoder start), eos 1, unk 2.
@@ -59,10 +63,18 @@ class Vocabulary:
     return self._sp.serialized_model_proto()
 
   def check_fits(self, model_vocab_size: int) -> None:
-    """Raises ValueError if the vocabulary has ids the model's logits [.., V] cannot emit."""
+    """Raises ValueError if the vocabulary cannot be the model's: it has ids the model's
+    logits [.., V] cannot emit, or more than MAX_UNUSED_LOGITS fewer ids than V (T5 models
+    add 100 extra ids to their SentencePiece model and pad V to a multiple of 128: 32,000
+    pieces, V 32,128)."""
     if self.vocab_size > model_vocab_size:
       raise ValueError(f'vocabulary {self.path} has {self.vocab_size} ids but the model '
                        f'has only {model_vocab_size} logits; pass the vocabulary the model '
+                       'was trained with (--vocab)')
+    if model_vocab_size - self.vocab_size > MAX_UNUSED_LOGITS:
+      raise ValueError(f'vocabulary {self.path} has {self.vocab_size} ids but the model has '
+                       f'{model_vocab_size} logits, more than T5\'s extra ids and padding '
+                       'explain: it is another model\'s vocabulary; pass the one the model '
                        'was trained with (--vocab)')
 
 

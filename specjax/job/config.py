@@ -76,8 +76,14 @@ class DecodeConfig:
   gamma: Union[int, str] = flag(AUTO, 'draft tokens per target call (an integer, or "auto": '
                                 'measure c, v(K) and alpha at this batch size, pick the gamma '
                                 'the formula predicts fastest, and fall back to the target '
-                                'alone (gamma 0) when that measures slower)',
+                                'alone (gamma 0) when that measures slower); a sampled run '
+                                'reuses the choice of the run it resumes, or the one cached '
+                                'for its setting, so that reruns sample alike',
                                 parse=parse_gamma)
+  max_gamma: int = flag(8, 'with --gamma auto: the largest gamma considered (1..N, and at '
+                        'most --max-decode-len)')
+  recalibrate: bool = flag(False, 'with --gamma auto: calibrate again even where a choice '
+                           'is cached for this setting (and cache the new one)')
   verification: str = flag('token', 'token: the paper\'s rule, each draft token in turn; '
                            'block: block verification, which keeps at least as many tokens '
                            'per call; both exact', choices=VERIFICATIONS)
@@ -110,7 +116,8 @@ class DecodeConfig:
                          'pad every batch to --max-input-len, one compilation (T5X\'s fixed '
                          'feature lengths)', choices=PAD_MODES)
   max_decode_len: int = flag(64, 'most tokens per output')
-  dtype: Optional[str] = flag(None, 'activation and cache dtype, e.g. bfloat16')
+  dtype: Optional[str] = flag(None, 'activation and cache dtype (default: the model\'s)',
+                              choices=('float32', 'bfloat16', 'float16'))
   param_dtype: str = flag('float32', 'dtype params are held in; bfloat16 halves their memory '
                           '(T5-XXL on one TPU v4 chip needs it)',
                           choices=('float32', 'bfloat16'))
@@ -122,6 +129,12 @@ class DecodeConfig:
                                           '(T5X 2-D params)', choices=(1, 2))
   multihost: bool = flag(False, 'call jax.distributed.initialize() first (automatic on a '
                          'multi-host TPU pod slice); run on every host')
+  coordinator_address: Optional[str] = flag(None, 'with --multihost off Cloud TPU: host:port '
+                                            'of process 0, where the others connect')
+  num_processes: Optional[int] = flag(None, 'with --multihost off Cloud TPU: how many '
+                                      'processes run the decode')
+  process_id: Optional[int] = flag(None, 'with --multihost off Cloud TPU: this process\'s '
+                                   'index, 0 (the one that writes) to --num-processes - 1')
   compare: bool = flag(True, 'skip the target-only decode (no speedup and no identity check '
                        'in the summary)', negated='--no-compare')
   json: bool = flag(False, 'print the summary as one JSON object')
@@ -132,6 +145,11 @@ class DecodeConfig:
   def sampling(self) -> SamplingConfig:
     """The sampling settings (temperature, top-k, top-p)."""
     return SamplingConfig(self.temperature, self.top_k, self.top_p)
+
+  @property
+  def auto_gammas(self) -> int:
+    """The largest gamma `--gamma auto` considers: --max-gamma, at most L."""
+    return min(self.max_gamma, self.max_decode_len)
 
   @property
   def rule(self) -> VerificationRule:
@@ -170,4 +188,6 @@ class DecodeConfig:
       raise ValueError(f'--gamma {self.gamma} is more than --max-decode-len '
                        f'{self.max_decode_len}: no output holds that many draft tokens; pass '
                        '--gamma at most --max-decode-len')
+    if self.max_gamma < 1:
+      raise ValueError(f'--max-gamma must be >= 1, got {self.max_gamma}')
     self.rule.checked(self.sampling.greedy)

@@ -17,7 +17,7 @@ import numpy as np
 
 from specjax.checkpoints.registry import bundled
 from specjax.core import api
-from specjax.job import calibrate, task_data
+from specjax.job import calibrate, gamma_choice, memory_check, task_data
 from specjax.job.config import AUTO, DecodeConfig
 from specjax.job.fingerprint import run_fingerprint
 from specjax.job.inputs import batches, pad_to_bucket, tokenize
@@ -95,10 +95,28 @@ def _tokenized(job: DecodeConfig, examples, digest, prefix, vocab) -> Inputs:
                 getattr(vocab, 'pad_id', 0), vocab.eos_id)
 
 
-def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh) -> tuple:
-  """(gamma, reason, calibration): the config's gamma, or `--gamma auto`'s choice."""
+def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
+                  fingerprint: Callable[[object], dict]) -> tuple:
+  """(gamma, reason, calibration): the config's gamma, or `--gamma auto`'s choice; a
+  sampled run's is the resumed run's or the cached one of its setting when there is one
+  (`gamma_choice`), and is cached when it is new."""
   if job.gamma != AUTO:
     return job.gamma, None, None
+  key = None
+  if not job.sampling.greedy:
+    auto = fingerprint(AUTO)
+    resumed = gamma_choice.resumed_gamma(
+        output.stored_fingerprint() if output is not None else None, auto)
+    if resumed is not None:
+      return resumed, (f'gamma {resumed}, the choice of the run that wrote {output.path}, '
+                       'which this run resumes'), None
+    key = gamma_choice.setting_key(auto, job)
+    hit = None if job.recalibrate else gamma_choice.cached(key)
+    if hit:
+      return hit['gamma'], (
+          f'gamma {hit["gamma"]}, as calibrated for this setting on {hit["date"]} and kept '
+          f'in {gamma_choice.cache_file()}, so that reruns sample alike (--gamma N pins '
+          f'one; delete the file to calibrate again): {hit["reason"]}'), hit['calibration']
   target, tp, draft, dp, _ = pair
   # With refill the probe streams at least PROBE_INPUTS inputs, so that a small batch is
   # not timed on a handful of short outputs (noise, not speed, would then pick gamma).
@@ -108,13 +126,17 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh) -> tuple:
   probe = inputs.padded(inputs.ids[:count], job.pad_inputs, count)
   gamma, reason, costs = calibrate.choose_gamma(
       target, tp, draft, dp, probe[:job.batch_size], job.sampling, job.max_decode_len,
-      mesh=mesh, rules=job_rules(job), probe=probe,
+      max_gamma=job.auto_gammas, probe_gamma=min(4, job.auto_gammas), mesh=mesh, rules=job_rules(job), probe=probe,
       slots=job.batch_size if job.refill else None, **rule_kwargs(job))
   calibration = {'alpha': costs['alpha'], 'c': costs['c'],
                  'v': {str(k): x for k, x in costs['v'].items()},
                  'predicted_best': costs['predicted_best'],
                  'predicted_speedup': costs['predicted_speedup'],
                  'measured_speedup': costs['measured_speedup']}
+  if key is not None:
+    kept = gamma_choice.remember(key, gamma, reason, calibration)
+    if kept:
+      reason += f'; kept in {kept} for reruns of this setting'
   return gamma, reason, calibration
 
 
@@ -147,11 +169,15 @@ def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
   target, tp, draft, dp, vocab = pair
   job.sampling.validate(target.vocab_size)
   inputs = _tokenized(job, examples, digest, prefix, vocab)
-  gamma, gamma_reason, calibration = _choose_gamma(job, pair, inputs, mesh)
-  skip = 0
-  if output is not None:
-    skip = output.begin(run_fingerprint(job, target, tp, draft, dp, digest, prefix, vocab,
-                                        gamma), examples)
+  memory_check.check_fits(
+      target, draft, job.batch_size, inputs.ids.shape[1],
+      job.max_decode_len, job.auto_gammas if job.gamma == AUTO else job.gamma, mesh,
+      f'--gamma auto (up to gamma {job.auto_gammas})' if job.gamma == AUTO else None)
+  fingerprint = lambda g: run_fingerprint(job, target, tp, draft, dp, digest, prefix, vocab,
+                                          g)
+  gamma, gamma_reason, calibration = _choose_gamma(job, pair, inputs, mesh, output,
+                                                   fingerprint)
+  skip = output.begin(fingerprint(gamma), examples) if output is not None else 0
   totals, identical, widths = _decode(job, gamma, pair, inputs, mesh, skip, output,
                                       on_record)
   return dict(

@@ -82,6 +82,18 @@ class JsonlOutput:
           {'kind': SIDECAR_KIND, 'fingerprint': fingerprint}, indent=1, sort_keys=True))
     return self.written
 
+  def stored_fingerprint(self) -> Optional[dict]:
+    """The fingerprint of the run that wrote this file (from its sidecar), when there is
+    one to resume; else None."""
+    if os.path.getsize(self.path) == 0 or not os.path.exists(self.sidecar):
+      return None
+    try:
+      with open(self.sidecar, encoding='utf-8') as f:
+        stored = json.load(f).get('fingerprint')
+    except (OSError, ValueError, AttributeError):
+      return None
+    return stored if isinstance(stored, dict) else None
+
   def _check_sidecar_is_ours(self) -> None:
     if not os.path.exists(self.sidecar):
       return
@@ -114,10 +126,20 @@ class JsonlOutput:
     return keep
 
   def write(self, record: dict) -> None:
-    """Appends one record as one line, flushed to disk."""
-    self._file.write((json.dumps(record, ensure_ascii=False) + '\n').encode('utf-8'))
-    self._file.flush()
-    os.fsync(self._file.fileno())
+    """Appends one record as one line, flushed to disk.
+
+    Raises:
+      ValueError: the line could not be written (a full disk, say): one line naming the
+        file and how many records it holds; a rerun resumes from them.
+    """
+    try:
+      self._file.write((json.dumps(record, ensure_ascii=False) + '\n').encode('utf-8'))
+      self._file.flush()
+      os.fsync(self._file.fileno())
+    except OSError as e:
+      raise ValueError(f'cannot write {self.path}: {e.strerror}; {self.written} records are '
+                       'in it: free space (or pass another --output) and rerun the same '
+                       'command to resume') from None
     self.written += 1
 
   def close(self) -> None:
@@ -126,7 +148,10 @@ class JsonlOutput:
     if self._file is not None:
       if self._created and not self._begun:
         os.remove(self.path)
-      self._file.close()
+      try:
+        self._file.close()
+      except OSError:  # a write failed already and said so; the lock goes with the file
+        pass
       self._file = None
 
 
@@ -141,6 +166,9 @@ class StdoutOutput:
   def begin(self, fingerprint: dict, examples: Sequence[dict]) -> int:
     del fingerprint, examples
     return 0
+
+  def stored_fingerprint(self) -> None:
+    return None  # nothing to resume
 
   def write(self, record: dict) -> None:
     sys.stdout.write(json.dumps(record, ensure_ascii=False) + '\n')

@@ -75,15 +75,21 @@ def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=axis_rules.ST
   return model, params
 
 
-def _vocab(job, model, checkpoint: str, given: Optional[str]):
+def _vocab(job, model, checkpoint: str, given: Optional[str], target: bool = True):
   """The vocabulary of a model: a decoder-only model's tokenizer (--vocab, else the one in
   its checkpoint directory), a T5's SentencePiece model (--vocab, else the one that ships
   with a bundled pair (demo_*, manpages_*), spiece.model in a Hugging Face directory, else
   the public T5 one)."""
   if isinstance(model, CausalLM):
     return checkpoints.load_tokenizer(given or checkpoint, model)
+  pair = bundled(job.target) if target and not job.target_checkpoint else None
   if given:
-    return checkpoints.load_vocab(given)
+    vocab = checkpoints.load_vocab(given)
+    if pair and vocab.serialized() != checkpoints.load_vocab(
+        pair.vocab).serialized():
+      raise ValueError(f'{job.target} was trained with its own vocabulary ({pair.vocab}), '
+                       f'not {given}; drop --vocab')
+    return vocab
   if bundled(job.target):
     return checkpoints.load_vocab(bundled(job.target).vocab)
   local = os.path.join(checkpoint, 'spiece.model')
@@ -119,7 +125,7 @@ def load_pair(job, mesh=None):
                                    table=job.draft_checkpoint)
   vocab = _vocab(job, target, target_path, job.vocab)
   if job.draft_vocab and loaded:
-    draft_vocab = _vocab(job, loaded['model'], loaded['path'], job.draft_vocab)
+    draft_vocab = _vocab(job, loaded['model'], loaded['path'], job.draft_vocab, target=False)
     if draft_vocab.serialized() != vocab.serialized():
       raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
                        f'{vocab.path}; speculative decoding needs one shared vocabulary')

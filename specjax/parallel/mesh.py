@@ -85,17 +85,35 @@ def should_init_distributed(multihost: bool = False,
   return len(hosts) > 1
 
 
-def init_distributed(multihost: bool = False, env: Optional[Mapping[str, str]] = None
-                     ) -> bool:
-  """Calls `jax.distributed.initialize()` when `should_init_distributed` says so.
+def init_distributed(multihost: bool = False, env: Optional[Mapping[str, str]] = None,
+                     coordinator_address: Optional[str] = None,
+                     num_processes: Optional[int] = None,
+                     process_id: Optional[int] = None) -> bool:
+  """Calls `jax.distributed.initialize()` when `should_init_distributed` says so, or when
+  a coordinator is given.
 
   Call it first, before anything touches a jax device. On Cloud TPU the coordinator and
-  process ids come from the TPU metadata, so no arguments are needed.
+  process ids come from the TPU metadata, so no arguments are needed; elsewhere (several
+  CPU or GPU processes) pass all three.
 
   Returns:
     True if it initialized the distributed runtime.
+
+  Raises:
+    ValueError: some of coordinator_address, num_processes and process_id but not all, or
+      a process id outside [0, num_processes).
   """
-  if not should_init_distributed(multihost, env):
+  given = [x is not None for x in (coordinator_address, num_processes, process_id)]
+  if any(given) and not all(given):
+    raise ValueError('--coordinator-address, --num-processes and --process-id go together; '
+                     'pass all three (or none, on Cloud TPU)')
+  if all(given) and not 0 <= process_id < num_processes:
+    raise ValueError(f'--process-id must be in [0, --num-processes {num_processes}), got '
+                     f'{process_id}')
+  if not all(given) and not should_init_distributed(multihost, env):
     return False
-  jax.distributed.initialize()
+  if all(given):
+    jax.distributed.initialize(coordinator_address, num_processes, process_id)
+  else:
+    jax.distributed.initialize()
   return True

@@ -25,7 +25,8 @@ from specjax.core.sampling import SamplingParams
 from specjax.core.state import LoopConfig
 from specjax.core.steps import Bound
 
-_GREEDY = SamplingParams(*(jnp.zeros((1,), d) for d in (jnp.float32, jnp.int32, jnp.float32)))
+# numpy, not jnp: importing this module must not start a backend (jax.distributed first)
+_GREEDY = SamplingParams(*(np.zeros((1,), d) for d in (np.float32, np.int32, np.float32)))
 
 
 def _inputs_at(i, batch: int, cache_len: int, width: int):
