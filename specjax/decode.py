@@ -28,7 +28,7 @@ class _Interrupt:
              if out is not None and out.path != '<stdout>' else 'nothing was written to a file')
     sys.stderr.write(f'\ninterrupted: {where}\n')
     sys.stderr.flush()
-    os._exit(130)  # pylint: disable=protected-access
+    os._exit(130)
 
 
 if __name__ == '__main__':  # before the imports below, which take seconds
@@ -169,7 +169,7 @@ def run_main() -> None:
   if code:
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)  # pylint: disable=protected-access
+    os._exit(code)
   sys.exit(0)
 
 

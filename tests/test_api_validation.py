@@ -1,7 +1,7 @@
 """The API refuses arguments of the wrong kind, shape or range with one-line ValueErrors,
 before anything compiles: float and bool ids, row_ids and SamplingParams of the wrong
 length, num_inputs < 0, eos and pad ids outside the vocabulary, an int rng, and the draft's
-params passed as the target's."""
+params passed as the target's, and inputs with no rows or no tokens."""
 import jax
 import numpy as np
 import pytest
@@ -44,6 +44,10 @@ def _decode(pair, **changes):
      'row)'),
     (dict(sampling=SamplingConfig(1.0, top_k=2.5)),
      'top_k must be an integer (0 keeps all), got 2.5'),
+    (dict(inputs=np.zeros((0, 3), np.int32)),
+     'inputs of shape (0, 3) hold no input; pass at least one row of at least one token'),
+    (dict(inputs=np.zeros((2, 0), np.int32)),
+     'inputs of shape (2, 0) hold no input; pass at least one row of at least one token'),
 ])
 def test_bad_arguments_are_one_line_value_errors(tiny_t5_pair, changes, message):
   with pytest.raises(ValueError) as e:

@@ -30,6 +30,9 @@ def _check_inputs(inputs, max_decode_len) -> None:
   if getattr(inputs, 'ndim', None) != 2:
     raise ValueError(f'inputs must be a [batch, length] integer array, got shape '
                      f'{getattr(inputs, "shape", None)}')
+  if 0 in inputs.shape:
+    raise ValueError(f'inputs of shape {tuple(inputs.shape)} hold no input; pass at least one '
+                     'row of at least one token')
 
 
 def _check_ids(inputs, num: int, vocab_size: int, pad_id: int) -> None:
