@@ -48,6 +48,8 @@ def write_text(path: str, text: str) -> None:
   with replacing(path) as tmp:
     with open(tmp, 'w', encoding='utf-8') as f:
       f.write(text)
+      f.flush()
+      os.fsync(f.fileno())  # on disk before the rename makes it the file
 
 
 def write_json(path: str, data: Any) -> None:

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
+from specjax import reports
+
 SIDECAR_SUFFIX = '.run.json'
 # What a sidecar written here says of itself, so that another file of that name is kept.
 SIDECAR_KIND = 'specjax.decode output fingerprint'
@@ -78,7 +80,7 @@ class JsonlOutput:
       self.written = self._resume(fingerprint, examples)
     else:
       self._check_sidecar_is_ours()
-      _write_atomically(self.sidecar, json.dumps(
+      reports.write_text(self.sidecar, json.dumps(
           {'kind': SIDECAR_KIND, 'fingerprint': fingerprint}, indent=1, sort_keys=True))
     return self.written
 
@@ -197,15 +199,6 @@ def done_prefix(lines: List[bytes], examples: Sequence[dict]) -> int:
         or record.get('inputs') != example['inputs']):
       return i
   return len(lines)
-
-
-def _write_atomically(path: str, text: str) -> None:
-  tmp = path + '.tmp'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
 
 
 def open_output(path: Optional[str]):
