@@ -189,7 +189,11 @@ def outcome(case: Case) -> str:
     runner = run_process if case.process else run
     code, stdout, err = runner(QUICK + flags, case.data if case.stdin else None)  # flags win
     if code != 0:
-      line = err.strip().splitlines()[-1]
+      lines = err.strip().splitlines()
+      # A process's last line of its own: library threads (orbax's, on a damaged
+      # checkpoint) may print a traceback after it before the process ends.
+      mine = [l for l in lines if l.startswith(('error:', 'python -m specjax'))]
+      line = mine[-1] if case.process and mine else lines[-1]
       package = os.path.dirname(os.path.abspath(decode_module().__file__))
       line = line.replace(str(tmp) + os.sep, '').replace(package + os.sep, 'specjax/')
       line = re.sub(r'the [0-9,.]+ GiB of this host', 'the N GiB of this host', line)
