@@ -7,32 +7,26 @@ On Cloud TPU: `python -m specjax.decode --target t5_xxl --draft t5_small --input
 from __future__ import annotations
 
 import os
-import signal
 import sys
+
+from specjax import interrupt
 
 
 class _Interrupt:
-  """Ctrl-C under `python -m specjax.decode`: at any moment (during the imports, the
-  compilation, the decode) one line and exit 130, at once. Every record already written
-  is whole and on disk (each is one write, synced), so the rerun resumes from it; no
-  exception is raised, so no library can swallow it (a KeyboardInterrupt inside a garbage
-  collector callback is only reported) or crash on it while it unwinds."""
+  """What a Ctrl-C under `python -m specjax.decode` reports (`specjax.interrupt`): every
+  record already written is whole and on disk, so the rerun resumes from it."""
 
   output = None  # the run's output, once open
 
   @classmethod
-  def handle(cls, signum, frame) -> None:
-    del signum, frame
+  def where(cls) -> str:
     out = cls.output
-    where = (f'{out.written} inputs are in {out.path}; rerun the same command to resume'
-             if out is not None and out.path != '<stdout>' else 'nothing was written to a file')
-    sys.stderr.write(f'\ninterrupted: {where}\n')
-    sys.stderr.flush()
-    os._exit(130)
+    return (f'{out.written} inputs are in {out.path}; rerun the same command to resume'
+            if out is not None and out.path != '<stdout>' else 'nothing was written to a file')
 
 
 if __name__ == '__main__':  # before the imports below, which take seconds
-  signal.signal(signal.SIGINT, _Interrupt.handle)
+  interrupt.exit_at_once(_Interrupt.where)
 
 import argparse  # pylint: disable=wrong-import-position
 import contextlib  # pylint: disable=wrong-import-position

@@ -6,13 +6,19 @@ pair on the bundled demo test split. Needs seqio (and TensorFlow).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
-from specjax import flags
-from specjax.job.config import DecodeConfig
-from specjax.job.task_eval import evaluate
+from specjax import interrupt
+
+if __name__ == '__main__':  # before the imports below, which take seconds
+  interrupt.exit_at_once(lambda: 'nothing was written (evaluate prints its metrics at the end)')
+
+import argparse  # pylint: disable=wrong-import-position
+import json  # pylint: disable=wrong-import-position
+
+from specjax import flags  # pylint: disable=wrong-import-position
+from specjax.job.config import DecodeConfig  # pylint: disable=wrong-import-position
+from specjax.job.task_eval import evaluate  # pylint: disable=wrong-import-position
 
 _STATS = ('alpha', 'tokens_per_call', 'target_calls', 'tokens', 'seconds',
           'tokens_per_second')

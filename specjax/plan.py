@@ -21,6 +21,13 @@ scale_TARGET+DRAFT.json beside it.
 from __future__ import annotations
 
 import os
+import sys
+
+from specjax import interrupt
+
+if __name__ == '__main__':  # before the imports below, which take seconds
+  interrupt.exit_at_once(lambda: 'the --output files are as they were; the rows done so far '
+                         'are in the .partial.json beside them: add --resume to go on from them')
 
 # The simulated devices must exist before jax starts its CPU backend (lazily, at the first
 # device query), so this runs before anything below can touch one.
@@ -33,7 +40,6 @@ import argparse  # pylint: disable=g-import-not-at-top,wrong-import-position
 import datetime
 import functools
 import importlib.util
-import sys
 
 import jax
 

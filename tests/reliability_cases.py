@@ -220,6 +220,29 @@ records are shown without their predictions and counts.
 |---|---|
 """
 
+ELSEWHERE = """
+## Cases that take more than one decode, and the test that runs each
+
+| case | what happens | test |
+|---|---|---|
+| Ctrl-C during the imports, the loading, the compilation or the decode | exit 130, one line: `interrupted: N inputs are in OUT; rerun the same command to resume` (or `nothing was written to a file`); every record written is whole | `tests/test_resume.py::test_ctrl_c_at_any_moment_is_one_line_and_exit_130` |
+| Ctrl-C under `bench`, `plan`, `plan --speed` or `evaluate` | exit 130, one line saying what is left (the bench and the plans write their files whole at the end; a plan's rows so far are in its .partial.json, which `--resume` continues from) | `tests/test_interrupt.py::test_ctrl_c_ends_each_tool_in_one_line` |
+| Ctrl-C in the first tenth of a second, before Python runs the tool's first line | Python's own KeyboardInterrupt traceback (no tool can catch it yet); nothing was written | none |
+| kill -9 mid-run (a record cut short), then the same command | the cut record is dropped and redecoded: the file of an uninterrupted run, byte for byte | `tests/test_resume.py::test_killed_and_resumed_run_writes_the_uninterrupted_file` |
+| the disk fills while records are written | exit 2: `error: cannot write OUT: No space left on device; 2 records are in it: free space (or pass another --output) and rerun the same command to resume`; the rerun completes the file | `tests/test_output_file.py::test_a_full_disk_is_one_line_and_the_rerun_resumes` |
+| two runs started on one --output | the second: exit 2, `error: another run is writing OUT; wait for it to finish, or pass another --output`, before any model loads | `tests/test_output_file.py::test_a_second_writer_is_refused_in_one_line_before_any_load` |
+| a record deleted from a finished output (or one too many), then the same command | the missing input is redecoded in its place; nothing is repeated | `tests/test_output_file.py::test_resume_redecodes_a_deleted_record_in_place` |
+| an OUT.run.json that specjax did not write | exit 2, `... exists and was not written by specjax ...`; the file is left as it was | `tests/test_output_file.py::test_a_sidecar_specjax_did_not_write_is_kept` |
+| a resume with another seed, target or --max-decode-len | exit 2, `error: OUT was written by a run with another ...`; the file is left as it was | `tests/test_resume.py::test_a_resume_with_another_setting_or_model_is_refused` |
+| the same sampled `--gamma auto` command run twice, or interrupted and rerun | one gamma (measured once, kept in the sidecar and a cache keyed by the settings), so one file | `tests/test_reruns.py::test_sampled_gamma_auto_is_kept_and_reused`, `tests/test_reruns.py::test_sigkill_of_a_sampled_gamma_auto_refill_run_then_rerun` |
+| `python -m specjax.plan` or `plan --speed` without --output | writes specjax_reports/ in the current folder, never the committed docs/ | `tests/test_reports.py` |
+| a quick or CPU-only `plan --speed` given a full TPU plan's path | exit 2 before compiling anything; the file is left as it was | `tests/test_reports.py::test_the_plans_refuse_to_replace_tpu_documents_before_compiling` |
+| a plan or bench killed while it writes, or a write that fails | the old file whole, no temporary left | `tests/test_reports.py::test_a_failed_write_leaves_the_old_file_and_no_temporary`, `tests/test_speed.py::test_quick_speed_plan_killed_leaves_the_old_report_then_resumes` |
+| an unwritable `--json`, `--plot` or `--markdown` of the bench | exit 2 naming the flag, before any work | `tests/test_reports.py::test_unwritable_outputs_are_refused_before_any_work` |
+| the API given float or bool ids, rows or settings of the wrong length, num_inputs < 0, an EOS id outside the vocabulary, a float top_k, an int rng | a one-line ValueError naming the argument | `tests/test_api_validation.py::test_bad_arguments_are_one_line_value_errors` |
+| the API given the draft's params as the target's | a one-line ValueError ending `(were target_params and draft_params swapped?)` | `tests/test_api_validation.py::test_swapped_params_are_named` |
+"""
+
 EXACTNESS = """
 ## What exactness is proven by which test
 
@@ -246,7 +269,8 @@ EXACTNESS = """
 
 def render() -> str:
   rows = [f'| {case.name} | {outcome(case)} |' for case in CASES]
-  return HEADER.format(quick=' '.join(QUICK)) + '\n'.join(rows) + '\n' + EXACTNESS
+  return (HEADER.format(quick=' '.join(QUICK)) + '\n'.join(rows) + '\n' + ELSEWHERE +
+          EXACTNESS)
 
 
 if __name__ == '__main__':

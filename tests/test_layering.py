@@ -3,8 +3,8 @@
 Low to high (docs/design.md says what each part holds):
 
   0. models, parallel, flags, the networks behind the model contract; meshes, sharding rules;
-     reports                command-line flags derived from a config's fields; where
-                            generated documents are written, and how
+     reports, interrupt     command-line flags derived from a config's fields; where
+                            generated documents are written, and how; Ctrl-C's one line
   1. core, checkpoints       the decode (a mesh's rules from parallel); weights into models
   2. demo, speed, t5x        bundled pairs' data; costs and plans; the decode inside T5X
   3. tasks                   seqio tasks over the bundled corpora
@@ -21,7 +21,7 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'specjax'
 
 LAYERS = (
-    ('models', 'parallel', 'flags', 'reports'),
+    ('models', 'parallel', 'flags', 'reports', 'interrupt'),
     ('core', 'checkpoints'),
     ('demo', 'speed', 't5x'),
     ('tasks',),

@@ -1,0 +1,33 @@
+"""Ctrl-C under the command-line tools: one line on stderr and exit 130, at once.
+
+Installed before a tool's imports (which take seconds), so that an interrupt at any
+moment (the imports, the loading, the compilation, the run) ends the same way. No exception
+is raised, so no library can swallow it (a KeyboardInterrupt inside a garbage collector
+callback is only reported) or crash on it while it unwinds; the process ends with
+`os._exit`, before any library's threads (orbax's event loops, XLA's compiler) can print.
+Nothing is lost by ending at once: the tools write each file whole (a temporary file
+renamed over it) and each decoded record in one synced write.
+
+Imports only the standard library: it must cost nothing before the handler is in place.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Callable
+
+
+def exit_at_once(where: Callable[[], str]) -> None:
+  """Makes SIGINT print `interrupted: {where()}` and exit 130.
+
+  Args:
+    where: what the interrupted run leaves behind and how to go on, called when the signal
+      arrives (so that it can read the run's state then).
+  """
+  def handle(signum, frame) -> None:
+    del signum, frame
+    sys.stderr.write(f'\ninterrupted: {where()}\n')
+    sys.stderr.flush()
+    os._exit(130)
+  signal.signal(signal.SIGINT, handle)

@@ -1,0 +1,48 @@
+"""Ctrl-C under bench, plan and evaluate, during the imports or the run: one line that says
+what is left, exit 130, no traceback, and no report file half-written. (decode's own case,
+with the resume it allows, is in test_resume.)"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def _commands(tmp):
+  return {
+      'bench': ([sys.executable, '-m', 'specjax.bench', '--quick', '--json',
+                 str(tmp / 'bench.json')], 'nothing was written', [tmp / 'bench.json']),
+      'plan': ([sys.executable, '-m', 'specjax.plan', '--quick', '--output',
+                str(tmp / 'scale.md')], 'add --resume', [tmp / 'scale.md', tmp / 'scale.json']),
+      'evaluate': ([sys.executable, '-m', 'specjax.evaluate', '--task', 'specjax_demo_ende'],
+                   'nothing was written', []),
+  }
+
+
+@pytest.mark.parametrize('delay', [0.5, 8.0])
+def test_ctrl_c_ends_each_tool_in_one_line(tmp_path, delay):
+  commands = _commands(tmp_path)
+  procs = {name: subprocess.Popen(cmd, cwd=tmp_path, env=dict(os.environ),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for name, (cmd, _, _) in commands.items()}
+  time.sleep(delay)
+  for proc in procs.values():
+    if proc.poll() is None:
+      proc.send_signal(signal.SIGINT)
+  interrupted = set()
+  for name, proc in procs.items():
+    _, err = proc.communicate(timeout=120)
+    _, says, files = commands[name]
+    if name == 'evaluate' and proc.returncode == 2:  # no seqio here: it ended first
+      assert 'needs seqio' in err, err
+      continue
+    assert proc.returncode == 130, (name, proc.returncode, err)
+    assert 'Traceback' not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith('interrupted: ') and says in last, (name, last)
+    for path in files:
+      assert not path.exists(), path  # written whole at the end, or not at all
+    interrupted.add(name)
+  assert {'bench', 'plan'} <= interrupted
