@@ -3,13 +3,15 @@
 # 8-device suite in its own processes, the two-process (multi-host) one, then the real-T5X
 # tests (which skip where t5x is not installed). Every process of the run shares one JAX
 # compilation cache, made empty here and removed at the end, so a program compiled once (by
-# one worker, or by a `python -m` subprocess) is not compiled again by the others.
+# one worker, or by a `python -m` subprocess) is not compiled again by the others; files that
+# share one costly module fixture are kept on one worker (their xdist_group).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=$(mktemp -d "${TMPDIR:-/tmp}/specjax-tests-jax-cache.XXXXXX")
 trap 'rm -rf "$cache"' EXIT
 export JAX_COMPILATION_CACHE_DIR="$cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
-python -m pytest -n "${SPECJAX_TEST_WORKERS:-2}" tests --ignore=tests/multidevice \
+python -m pytest -n "${SPECJAX_TEST_WORKERS:-2}" --dist loadgroup tests \
+  --ignore=tests/multidevice \
   --ignore=tests/multihost \
   --ignore=tests/t5x "$@"
 if ls tests/multidevice/test_*.py >/dev/null 2>&1; then

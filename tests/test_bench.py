@@ -7,6 +7,10 @@ from specjax.bench import cli, decodes, report, rows
 from specjax.core import theory
 from specjax.speed import timing
 
+# One worker runs this file, so that the --quick run of the module fixture is made once
+# (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group('quick_bench')
+
 
 def test_score_on_hand_made_timings():
   costs = {'c': 0.1, 'v': {5: 1.5}}
@@ -164,22 +168,30 @@ def test_model_calls_of_one_iteration_are_the_loops_calls():
   assert loop_target == [(3, 4), (3, 5)] and loop_draft == [(3, 4), (3, 2), (3, 1)]
 
 
+_RUN = {}  # the one run: an xdist worker may tear a module fixture down and set it up again
+
+
 @pytest.fixture(scope='module')
 def quick_bench(tmp_path_factory):
   """One --quick run with the peers and the rows beyond the draft model: (its JSON, the
   plot's path, its markdown)."""
+  if _RUN:
+    return _RUN['bench']
   tmp = tmp_path_factory.mktemp('bench')
   out, png, md = tmp / 'b.json', tmp / 'b.png', tmp / 'b.md'
   assert cli.main(['--quick', '--json', str(out), '--plot', str(png), '--markdown', str(md),
                    '--peers', 'hf', '--drafts', 'copy', '--verifications', 'token,block',
                    '--variant-gammas', '2', '--thresholds', '0.5', '--threshold-gamma', '3',
                    '--threshold-rules', 'cumulative']) == 0
-  return json.loads(out.read_text()), png, md.read_text()
+  _RUN['bench'] = (json.loads(out.read_text()), png, md.read_text())
+  return _RUN['bench']
 
 
 def test_quick_bench_end_to_end(quick_bench):
   result, png, text = quick_bench
-  assert result['rows'] and result['traces'] == 1 and result['input_widths'] == [8]
+  # At most one trace per input shape: none where an earlier test of this process traced the
+  # same programs (test_compile_and_errors counts exactly one from a cold start).
+  assert result['rows'] and result['traces'] <= 1 and result['input_widths'] == [8]
   for row in result['rows']:
     for key in ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'speedup',
                 'predicted_speedup', 'prefill_seconds'):
@@ -187,7 +199,7 @@ def test_quick_bench_end_to_end(quick_bench):
     for key in ('loop_speedup', 'efficiency'):  # None when noise swallows a tiny loop
       assert row[key] is None or row[key] > 0, key
     assert row['prefill_seconds'] > 0 and row['iterations'] >= 1
-    assert row['traces'] == row['shapes'] == 1  # one trace per input shape
+    assert row['traces'] <= row['shapes'] == 1  # no more than one trace per input shape
     assert 0.0 <= row['alpha'] <= 1.0 and 1.0 <= row['tokens_per_call'] <= row['gamma'] + 1
     if row['temperature'] == 0.0:
       assert row['identical_to_target'] is True
@@ -312,7 +324,7 @@ def test_quick_bench_with_refill(tmp_path):
   assert result['refill'] is True and result['batch_size'] == 2
   for row in result['rows']:
     assert row['refill'] is True and row['identical_to_target'] is True
-    assert row['traces'] == row['shapes'] == 1  # the stream compiles once per shape
+    assert row['traces'] <= row['shapes'] == 1  # the stream compiles once per shape
     # one stream of 4 inputs through 2 slots: at least 2 iterations, fewer than 4 x 8
     assert 2 <= row['iterations'] < 32
 

@@ -17,11 +17,20 @@ MODEL = 't5_tiny_draft'  # the draft model of --quick
 PAPER_HEADING = '## The paper\'s published cells'
 TITLES = {'ende': 'EnDe (gettext messages)', 'summarize': 'summaries'}
 
+# One worker runs this file, so that the run of the module fixture is made once
+# (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group('paper_table')
+
+
+_RUN = {}  # the one run: an xdist worker may tear a module fixture down and set it up again
+
 
 @pytest.fixture(scope='module')
 def table(tmp_path_factory):
   """One --quick run of the table, in this process: (its JSON, its markdown, the plot's
   path, its stdout)."""
+  if _RUN:
+    return _RUN['table']
   out = tmp_path_factory.mktemp('paper_table')
   paths = {k: out / f'table.{k}' for k in ('json', 'md', 'png')}
   stdout = io.StringIO()
@@ -29,8 +38,9 @@ def table(tmp_path_factory):
     code = cli.main(['--paper-table', '--quick', '--rounds', '1', '--json', str(paths['json']),
                      '--markdown', str(paths['md']), '--plot', str(paths['png'])])
   assert code == 0
-  return (json.loads(paths['json'].read_text()), paths['md'].read_text(), paths['png'],
-          stdout.getvalue())
+  _RUN['table'] = (json.loads(paths['json'].read_text()), paths['md'].read_text(),
+                   paths['png'], stdout.getvalue())
+  return _RUN['table']
 
 
 def test_python_m_bench_runs_main_and_exits_with_its_code():

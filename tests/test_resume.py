@@ -12,7 +12,7 @@ import pytest
 
 from specjax.checkpoints.registry import ASSETS
 
-LINES = 200  # one decode call per line: each interruption leaves many calls to go
+LINES = 120  # one decode call per line: each interruption leaves many calls to go
 ARGS = ['--no-compare', '--quiet', '--batch-size', '1', '--no-refill', '--max-decode-len', '8', '--gamma', '3',
         '--temperature', '1', '--seed', '3', '--pad-inputs', 'max']
 
