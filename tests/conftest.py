@@ -102,3 +102,16 @@ def tiny_t5_pair(_tiny_t5_params):
     tp['decoder']['logits_dense']['kernel'] = kernel.at[:, 1].add(eos_bias)
     return target, tp, draft, _fresh(dp)
   return pair
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session):
+  """Under `--dist loadgroup`, a test marked `xdist_group` must carry its group in its node
+  id, or xdist spreads the group over the workers and its costly module fixture runs once
+  per worker (pytest 9.2 with pytest-xdist 3.8 drops it silently): a usage error instead."""
+  if getattr(session.config.option, 'loadgroup', False):
+    for item in session.items:
+      if item.get_closest_marker('xdist_group') and '@' not in item.nodeid:
+        raise pytest.UsageError(
+            f'pytest-xdist did not group {item.nodeid}: this pytest breaks --dist loadgroup; '
+            "install the version pyproject.toml's dev extras pin")

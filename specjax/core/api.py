@@ -18,6 +18,7 @@ from specjax.core import decoder as decoder_lib
 from specjax.core.rule import VerificationRule
 from specjax.core.sampling import SamplingConfig, SamplingMode, SamplingParams
 from specjax.core.state import DecodeOutput, LoopConfig
+from specjax.core.tree import DynamicTree, TreeShape
 from specjax.parallel import rules as axis_rules
 
 Sampling = Union[SamplingConfig, Sequence[SamplingConfig], SamplingParams]
@@ -155,10 +156,23 @@ def check_rule(verification: str, draft_threshold: float, lenience: float,
   VerificationRule(verification, draft_threshold, threshold_rule, lenience).checked(greedy)
 
 
+def tree_shape(tree):
+  """A TreeShape from a sequence of children per depth or '4,2,2,1'; None, a TreeShape
+  or a DynamicTree as they are."""
+  if tree is None or isinstance(tree, (TreeShape, DynamicTree)):
+    return tree
+  if isinstance(tree, str):
+    return TreeShape.parse(tree)
+  if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in tree):
+    raise ValueError(f'tree takes the children per depth as integers >= 1, got {tree!r}')
+  return TreeShape(tuple(int(b) for b in tree))
+
+
 def loop_config(model, gamma: int, max_decode_len: int, mode: SamplingMode,
                 eos_id: Optional[int] = None, pad_id: Optional[int] = None,
                 verification: str = 'token', draft_threshold: float = 0.0,
-                lenience: float = 1.0, threshold_rule: str = 'token') -> LoopConfig:
+                lenience: float = 1.0, threshold_rule: str = 'token',
+                tree=None) -> LoopConfig:
   """The static config of a decode, for every route (`decode` here, `traced_decode`).
 
   Eos and pad ids default to the ones the model declares; the verification rule is
@@ -169,10 +183,18 @@ def loop_config(model, gamma: int, max_decode_len: int, mode: SamplingMode,
       lenience outside (0, 1], or a lenience with greedy decoding or block verification.
   """
   rule = VerificationRule(verification, draft_threshold, threshold_rule, lenience)
+  shape = tree_shape(tree)
+  if shape is not None:
+    if verification != 'token' or draft_threshold > 0.0:
+      raise ValueError('a tree is verified by the tree rule: drop --verification block and '
+                       '--draft-threshold, or drop the tree')
+    if int(gamma) != shape.depth_count:
+      raise ValueError(f'a tree of depth {shape.depth_count} drafts {shape.depth_count} '
+                       f'tokens deep; gamma {gamma} disagrees (leave gamma out)')
   return LoopConfig(gamma=int(gamma), max_decode_len=int(max_decode_len), sampling=mode,
                     eos_id=int(getattr(model, 'eos_id', 1) if eos_id is None else eos_id),
                     pad_id=int(getattr(model, 'pad_id', 0) if pad_id is None else pad_id),
-                    rule=rule.checked(mode.greedy))
+                    rule=rule.checked(mode.greedy), tree=shape)
 
 
 def _decoder(target, draft, gamma, max_decode_len, params: SamplingParams, eos_id, pad_id,
@@ -223,14 +245,14 @@ def decode(target, target_params, draft, draft_params, inputs, *, gamma: int,
              params if default_params is None else default_params)
 
 
-def speculative_decode(target, target_params, draft, draft_params, inputs, *, gamma: int,
-                       max_decode_len: int, sampling: Sampling = SamplingConfig(),
+def speculative_decode(target, target_params, draft, draft_params, inputs, *,
+                       gamma: Optional[int] = None, max_decode_len: int, sampling: Sampling = SamplingConfig(),
                        rng: Optional[jax.Array] = None, eos_id: Optional[int] = None,
                        pad_id: Optional[int] = None, mesh=None, rules=None,
                        slots: Optional[int] = None, num_inputs: Optional[int] = None,
                        row_ids=None, verification: str = 'token',
                        draft_threshold: float = 0.0, lenience: float = 1.0,
-                       threshold_rule: str = 'token') -> DecodeOutput:
+                       threshold_rule: str = 'token', tree=None) -> DecodeOutput:
   """Decodes with the target's exact output distribution, G draft tokens per target call.
 
   Args:
@@ -240,7 +262,7 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
     draft_params: its params pytree.
     inputs: [N, S] int32 encoder inputs (or decoder-only prompts), right-padded with the
       target's pad id; ids outside [0, V) and rows of padding alone are refused.
-    gamma: G >= 1, draft tokens per iteration.
+    gamma: G >= 1, draft tokens per iteration (with a tree: its depth, or None).
     max_decode_len: L >= 1, the most tokens generated per row (EOS included).
     sampling: a SamplingConfig for every row, one SamplingConfig per row, or
       SamplingParams ([N] arrays): temperature (0 greedy), top-k, top-p, applied
@@ -276,19 +298,29 @@ def speculative_decode(target, target_params, draft, draft_params, inputs, *, ga
       probability) against draft_threshold, or 'cumulative', the product of the row's
       confidences so far (the draft's estimate that all it proposed is accepted), which
       drafts on through runs of sure tokens and stops sooner after unsure ones.
+    tree: a token tree instead of a chain: children per depth ('4,2,2,1', (4, 2, 2, 1) or
+      a `specjax.core.tree.TreeShape`; the draft proposes its top tokens below each node,
+      a sample where a depth has one child), or a `specjax.core.tree.DynamicTree` (grown
+      per row from the draft's probabilities, EAGLE-2). The target scores all N nodes in ONE call
+      with a tree mask, and the exact tree rule (`specjax.core.tree_accept`) keeps the
+      deepest root path it accepts plus one token of the target's. The draft model must
+      take tree calls (`specjax.models.base.Tree`).
 
   Returns:
     DecodeOutput(tokens [N, L], lengths [N], stats, iterations): greedy output equals the
     target's own greedy decode token for token; sampled output follows the target's
     distribution. With a mesh, the output is replicated on every device.
   """
+  shape = tree_shape(tree)
+  if shape is not None and gamma is None:
+    gamma = shape.depth_count
   _check_pair(target, draft, gamma)
   return decode(target, target_params, draft, draft_params, inputs, gamma=gamma,
                 max_decode_len=max_decode_len, sampling=sampling, rng=rng, eos_id=eos_id,
                 pad_id=pad_id, mesh=mesh, rules=rules, slots=slots, num_inputs=num_inputs,
                 row_ids=row_ids, verification=verification,
                 draft_threshold=draft_threshold, lenience=lenience,
-                threshold_rule=threshold_rule)
+                threshold_rule=threshold_rule, tree=shape)
 
 
 def autoregressive_decode(target, target_params, inputs, *, max_decode_len: int,

@@ -22,7 +22,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specjax.core import steps
+from specjax.core import steps, tree_steps
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import (DecodeOutput, DecodeState, DecodeStats, LoopConfig,
                                 extract_output)
@@ -234,8 +234,9 @@ def run(target, tp, draft, dp, carry: Run, cfg: LoopConfig,
 
   def body(c: Run) -> Run:
     draft_bound = Bound(draft, dp, c.draft_enc) if draft is not None else None
-    c = c.replace(state=constrain(steps.step(Bound(target, tp, c.target_enc), draft_bound,
-                                             cfg, c.state)))
+    one_step = steps.step if cfg.tree is None else tree_steps.tree_step
+    c = c.replace(state=constrain(one_step(Bound(target, tp, c.target_enc), draft_bound,
+                                           cfg, c.state)))
     if c.queue is None:
       return c
     n = c.queue.inputs.shape[0]

@@ -6,7 +6,7 @@ sequence buffer width P + L + G + 1.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import flax.struct
 import jax
@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from specjax.core import figures
 from specjax.core.rule import VerificationRule
 from specjax.core.sampling import SamplingMode, SamplingParams
+from specjax.core.tree import DynamicTree, TreeShape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,9 @@ class LoopConfig:
     pad_id: written after EOS.
     rule: the verification rule (`specjax.core.rule.VerificationRule`: token or block,
       the draft threshold and its rule, the lenience).
+    tree: a token tree the draft grows and the target verifies in one call (a static
+      `specjax.core.tree.TreeShape` or a per-row `DynamicTree`), or None for a chain of G
+      drafts; with a tree, G is its depth D.
   """
 
   gamma: int
@@ -37,11 +41,13 @@ class LoopConfig:
   eos_id: int = 1
   pad_id: int = 0
   rule: VerificationRule = VerificationRule()
+  tree: Optional[Union[TreeShape, DynamicTree]] = None
 
   def width(self, prompt_width: int) -> int:
     """W, the sequence buffer and cache length: the prompt, L tokens, and room for a
-    last block of G + 1 that runs past L."""
-    return prompt_width + self.max_decode_len + self.gamma + 1
+    last call of G + 1 (a tree: N + 1) tokens that runs past L."""
+    extra = self.gamma if self.tree is None else max(self.gamma, self.tree.num_nodes)
+    return prompt_width + self.max_decode_len + extra + 1
 
 
 @flax.struct.dataclass
@@ -100,6 +106,35 @@ class DecodeStats:
   def tokens_per_call(self) -> float:
     """Output tokens per per-row target call, over the whole batch."""
     return float(figures.decode_figures(self).tokens_per_call)
+
+
+def count_call(stats: DecodeStats, active: jax.Array, drafted: jax.Array,
+               in_output: jax.Array, committed: jax.Array, beta: jax.Array,
+               verified: jax.Array, bad: jax.Array) -> DecodeStats:
+  """The counters after one speculative call (a chain or a tree).
+
+  Args:
+    stats: the counters so far.
+    active: [B] bool, rows that were decoding.
+    drafted: [B] int32 (or a number), draft tokens (tree nodes) the call verified.
+    in_output: [B] int32, accepted draft tokens that are in the output.
+    committed: [B] int32, tokens the call added to the output.
+    beta: [B, G] float32, beta at each drafted position (depth); verified: [B, G] bool,
+      the positions it counts for (on the output's own prefix).
+    bad: [B] bool, rows whose logits held a NaN or an infinity.
+  """
+  a = active.astype(jnp.int32)
+  g = beta.shape[1]
+  return DecodeStats(
+      target_calls=stats.target_calls + a,
+      drafted=stats.drafted + a * drafted,
+      accepted=stats.accepted + in_output,
+      accepted_per_position=stats.accepted_per_position + (jnp.arange(g)[None] <
+                                                           in_output[:, None]),
+      generated=stats.generated + committed,
+      beta_sum=stats.beta_sum + jnp.where(active, jnp.sum(beta * verified, axis=1), 0.0),
+      beta_count=stats.beta_count + a * jnp.sum(verified, axis=1),
+      nonfinite=stats.nonfinite + (active & bad))
 
 
 @flax.struct.dataclass

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 
 from specjax.core import acceptance, sampling
 from specjax.core.sampling import SamplingParams
-from specjax.core.state import DecodeState, DecodeStats, LoopConfig, commit, gather_rows, split_keys
+from specjax.core.state import (DecodeState, LoopConfig, commit, count_call, gather_rows,
+                                split_keys)
 
 
 class Bound(NamedTuple):
@@ -30,9 +31,12 @@ class Bound(NamedTuple):
   params: Any
   encoded: Any
 
-  def decode(self, cache, tokens: jax.Array, positions: jax.Array):
-    """model.decode of tokens [B, K] at positions [B]: (logits [B, K, V], cache)."""
-    return self.model.decode(self.params, self.encoded, cache, tokens, positions)
+  def decode(self, cache, tokens: jax.Array, positions: jax.Array, tree=None):
+    """model.decode of tokens [B, K] at positions [B] (or as nodes of `tree`, a
+    `specjax.models.base.Tree`): (logits [B, K, V], cache)."""
+    if tree is None:
+      return self.model.decode(self.params, self.encoded, cache, tokens, positions)
+    return self.model.decode(self.params, self.encoded, cache, tokens, positions, tree=tree)
 
 
 def pick(logits: jax.Array, keys: Optional[jax.Array], params: SamplingParams,
@@ -248,18 +252,8 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   # generated, so a mismatch there says nothing about alpha).
   verified = jnp.arange(g)[None] < jnp.minimum(jnp.minimum(result.n + 1, committed),
                                                 drafted)[:, None]
-  a = active.astype(jnp.int32)
-  s = state.stats
-  stats = DecodeStats(
-      target_calls=s.target_calls + a,
-      drafted=s.drafted + a * drafted,
-      accepted=s.accepted + in_output,
-      accepted_per_position=s.accepted_per_position + (jnp.arange(g)[None] <
-                                                       in_output[:, None]),
-      generated=s.generated + committed,
-      beta_sum=s.beta_sum + jnp.where(active, jnp.sum(result.beta * verified, axis=1), 0.0),
-      beta_count=s.beta_count + a * jnp.sum(verified, axis=1),
-      nonfinite=s.nonfinite + (active & (d.nonfinite | nonfinite(logits))))
+  stats = count_call(state.stats, active, drafted, in_output, committed, result.beta,
+                     verified, d.nonfinite | nonfinite(logits))
   return state.replace(seq=seq, pos=pos, length=length, done=done, keys=keys, stats=stats,
                        target_cache=target_cache, draft_cache=d.cache,
                        step=state.step + 1)

@@ -4,12 +4,13 @@ A model is a static, hashable description (a frozen dataclass holding a config) 
 params pytree that is passed to every call as a jit argument, never closed over.
 
 Shape letters: B batch, S encoder length, T decoder cache length, K tokens in this call,
-V vocab, P decoder prompt length.
+V vocab, P decoder prompt length, M slots of a token tree, D model dim.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Tuple
+from typing import Any, Optional, Protocol, Tuple
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
@@ -19,6 +20,32 @@ PyTree = Any
 # The logical axes of a heads-major cache or cross-attention leaf [B, N, H, T] (T5X's names;
 # `specjax.parallel.rules` shards batch over 'data' and heads over 'model').
 KV_AXES = ('batch', 'heads', 'kv', 'length')
+
+
+@flax.struct.dataclass
+class Tree:
+  """This call's K tokens as nodes of a token tree laid out in cache slots base .. base+M-1.
+
+  A tree's nodes sit in slots by node index, not by position: siblings share a position
+  (their depth), and each token attends only to the tree slots `visible` names. Slots
+  beyond base+M-1 are not attended (stale).
+
+  Attributes:
+    base: [B] int32, the tree's first slot, which holds its root (the last committed
+      token, depth 0). Slots < base hold the committed prefix: every token sees them.
+    offset: [B] int32, this call's tokens sit at slots base+offset .. base+offset+K-1
+      (0 for a verify call that feeds the whole tree, root first); offset + K <= M and
+      base + offset + K <= T are the caller's job.
+    depth: [B, M] int32, each tree slot's depth; the token at tree slot m has position
+      base + depth[m] (RoPE, T5's relative bias, learned positions), whatever its slot.
+    visible: [B, K, M] bool, which tree slots each of this call's tokens sees (its
+      ancestors and itself); slots of the tree that are not visible are not attended.
+  """
+
+  base: jax.Array
+  offset: jax.Array
+  depth: jax.Array
+  visible: jax.Array
 
 
 class Model(Protocol):
@@ -56,20 +83,37 @@ class Model(Protocol):
     """The same for `encode`'s result (T5: the mask ('batch', 'length') and `KV_AXES`)."""
 
   def decode(self, params: PyTree, encoded: PyTree, cache: PyTree, tokens: jax.Array,
-             positions: jax.Array) -> Tuple[jax.Array, PyTree]:
-    """Scores K tokens per row and writes them into the cache.
+             positions: jax.Array, tree: Optional[Tree] = None, return_hidden: bool = False
+             ) -> Tuple[jax.Array, ...]:
+    """Scores K tokens per row and writes their keys and values into the cache.
+
+    A chain (tree None, the shorthand of every draft step, verify and prefill): token k of
+    row b sits at cache slot and position positions[b] + k, and attends to the slots
+    <= its own; entries beyond are stale and ignored, so a rollback is only a smaller
+    position. A tree (`Tree`): the tokens are tree nodes at slots base+offset ..
+    base+offset+K-1, each at position base + its depth, attending to the committed
+    prefix (slots < base) and the tree slots it sees. Keys are stored as a chain decode
+    of the node's root-to-node path stores them (RoPE keys rotated by the position, not
+    the slot), so moving an accepted path's slots to base + depth leaves the cache that
+    chain decode would have written.
 
     Args:
       params: the model's parameters.
       encoded: what `encode` returned.
       cache: the cache from `init_cache` or a previous `decode`.
-      tokens: [B, K] int32, the tokens at positions `positions[b] .. positions[b]+K-1`.
-      positions: [B] int32, the position of each row's first token.
+      tokens: [B, K] int32, this call's tokens.
+      positions: [B] int32, the slot and position of each row's first token (chain);
+        ignored with a tree (pass tree.base). positions[b] + K <= T is the caller's job.
+      tree: None for a chain, or the layout of the tokens in a token tree.
+      return_hidden: also return the final decoder hidden state (after the final norm,
+        the input of the output projection), as tree drafts (EAGLE) read it.
 
     Returns:
-      logits [B, K, V] float32 (the next-token logits after each token) and the new
-      cache. Each query attends to keys at positions <= its own; entries beyond are stale
-      and must be ignored, so a rollback is only a smaller position.
+      (logits, new_cache), or (logits, new_cache, hidden) with return_hidden: logits
+      [B, K, V] float32, the next-token logits after each token; hidden [B, K, D].
+
+    Raises:
+      NotImplementedError: a model without a tree layout or a hidden state asked for one.
     """
 
 
@@ -92,6 +136,46 @@ def causal_mask(positions: jax.Array, num_tokens: int, max_len: int) -> jax.Arra
   """Mask [B, K, T]: query k of row b (at positions[b] + k) sees keys at positions <= it."""
   query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
   return jnp.arange(max_len)[None, None, :] <= query_pos[:, :, None]
+
+
+def attention_layout(positions: jax.Array, num_tokens: int, max_len: int,
+                     tree: Optional[Tree] = None
+                     ) -> Tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """Where a decode call's K tokens sit and what each attends to (`Model.decode`).
+
+  Models may build the chain layout (tree None) themselves, as they did before trees;
+  this one is the same.
+
+  Args:
+    positions: [B] int32, each row's first slot and position (chain; ignored with a tree).
+    num_tokens: K.
+    max_len: T, the cache length.
+    tree: the tree layout, or None for a chain.
+
+  Returns:
+    query_pos [B, K] int32, each token's position; key_pos [B, T] int32, the position of
+    the key in each slot (only visible ones matter); mask [B, K, T] bool, which slots each
+    token attends to; write_start [B] int32, the slot of the call's first token.
+  """
+  slots = jnp.arange(max_len, dtype=jnp.int32)[None, :]  # [1, T]
+  if tree is None:
+    positions = positions.astype(jnp.int32)
+    query_pos = positions[:, None] + jnp.arange(num_tokens, dtype=jnp.int32)[None, :]
+    key_pos = jnp.broadcast_to(slots, (positions.shape[0], max_len))
+    return query_pos, key_pos, causal_mask(positions, num_tokens, max_len), positions
+  start = tree.base.astype(jnp.int32)[:, None]  # [B, 1]
+  num_slots = tree.depth.shape[1]
+  depth = tree.depth.astype(jnp.int32)
+  node = slots - start  # [B, T], the tree slot of each cache slot
+  in_tree = (node >= 0) & (node < num_slots)
+  node = jnp.clip(node, 0, num_slots - 1)
+  key_pos = jnp.where(in_tree, start + jnp.take_along_axis(depth, node, axis=1), slots)
+  query_node = tree.offset.astype(jnp.int32)[:, None] + jnp.arange(num_tokens)[None, :]
+  query_pos = start + jnp.take_along_axis(depth, query_node, axis=1)  # [B, K]
+  sees = jnp.take_along_axis(tree.visible, jnp.broadcast_to(
+      node[:, None, :], (node.shape[0], num_tokens, max_len)), axis=2)  # [B, K, T]
+  mask = (slots < start)[:, None, :] | (in_tree[:, None, :] & sees)
+  return query_pos, key_pos, mask, start[:, 0] + tree.offset.astype(jnp.int32)
 
 
 def write_cache(cache: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:

@@ -63,9 +63,18 @@ class BigramDraft:
   def cache_axes(self) -> dict:
     return {}
 
-  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array):
-    """Logits [B, K, V] after each of tokens [B, K]: the table's row, OFF elsewhere."""
-    del encoded, positions
+  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array,
+             tree=None, return_hidden: bool = False):
+    """Logits [B, K, V] after each of tokens [B, K]: the table's row, OFF elsewhere.
+
+    They depend on each token alone, so a token tree (`base.Tree`) changes nothing.
+
+    Raises:
+      NotImplementedError: return_hidden (a table has no hidden state).
+    """
+    del encoded, positions, tree
+    if return_hidden:
+      raise NotImplementedError('a bigram draft has no hidden state to return')
     nxt = jnp.take(params['next'], tokens, axis=0)  # [B, K, k]
     logp = jnp.take(params['logp'], tokens, axis=0).astype(jnp.float32)  # [B, K, k]
     hit = nxt[..., None] == jnp.arange(self.vocab_size)[None, None, None]  # [B, K, k, V]

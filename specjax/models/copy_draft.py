@@ -125,10 +125,19 @@ class CopyDraft:
     return token, best > 0
 
   def decode(self, params, encoded: dict, cache: dict, tokens: jax.Array,
-             positions: jax.Array):
+             positions: jax.Array, tree=None, return_hidden: bool = False):
     """Writes tokens [B, K] into the history; logits [B, K, V]: 0 at each proposal and
-    OFF elsewhere (a point mass), or the fallback's where nothing matched."""
+    OFF elsewhere (a point mass), or the fallback's where nothing matched.
+
+    Raises:
+      NotImplementedError: a token tree (the history is a chain of positions), or
+        return_hidden (no hidden state).
+    """
     del params
+    if tree is not None:
+      raise NotImplementedError('the copy draft does not decode token trees')
+    if return_hidden:
+      raise NotImplementedError('the copy draft has no hidden state to return')
     ids = base.write_cache(cache['ids'], tokens.astype(jnp.int32), positions)  # [B, T]
     token, found = self.propose(encoded, ids, positions.astype(jnp.int32), tokens.shape[1])
     vocab = jnp.arange(self.vocab_size)[None, None]

@@ -2,7 +2,7 @@
 
 Pre-norm blocks, learned absolute positions, multi-head causal attention over a cache of
 per-layer k, v [B, N, H, T] (heads-major). Any K tokens are scored in one call at per-row
-positions.
+positions, or as the nodes of a token tree (`base.Tree`).
 """
 from __future__ import annotations
 
@@ -105,25 +105,45 @@ class DecoderOnlyTransformer:
     return [{'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
             for _ in range(c.num_layers)]
 
-  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array):
-    """Logits [B, K, V] after tokens [B, K] at positions [B]; returns the updated cache."""
+  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array,
+             tree: base.Tree | None = None, return_hidden: bool = False):
+    """Scores tokens [B, K] and writes their K/V into the cache (`base.Model.decode`).
+
+    Args:
+      params: from `init`.
+      encoded: `encode`'s (empty) result.
+      cache: per layer {'k', 'v'} [B, N, H, T].
+      tokens: [B, K] int32.
+      positions: [B] int32, each row's first position (ignored with a tree).
+      tree: None for a chain, or the token tree's layout (`base.Tree`): each token gets
+        the learned embedding of its position base + depth.
+      return_hidden: also return the final normed hidden state [B, K, D].
+
+    Returns:
+      logits [B, K, V] float32, the new cache, and with return_hidden the hidden state.
+    """
     del encoded
     c = self.config
     dtype = jnp.dtype(c.dtype)
     num_tokens = tokens.shape[1]
     max_len = cache[0]['k'].shape[3]
-    query_pos = positions[:, None] + jnp.arange(num_tokens)  # [B, K]
+    if tree is None:  # today's chain ops, unchanged
+      query_pos = positions[:, None] + jnp.arange(num_tokens)  # [B, K]
+      mask, write_start = base.causal_mask(positions, num_tokens, max_len), positions
+    else:
+      query_pos, _, mask, write_start = base.attention_layout(positions, num_tokens, max_len,
+                                                              tree)
     x = jnp.take(params['embedding'], tokens, axis=0)  # [B, K, D]
     x = (x + jnp.take(params['position'], query_pos, axis=0)).astype(dtype)
-    mask = base.causal_mask(positions, num_tokens, max_len)[:, None]  # [B, 1, K, T]
+    mask = mask[:, None]  # [B, 1, K, T]
     new_cache = []
     for layer, layer_cache in zip(params['layers'], cache):
       h = _rms_norm(x, layer['norm_attn'])
       q = jnp.einsum('BKD,DNH->BKNH', h, layer['query'].astype(dtype))
       k = jnp.einsum('BKD,DNH->BKNH', h, layer['key'].astype(dtype)).transpose(0, 2, 3, 1)
       v = jnp.einsum('BKD,DNH->BKNH', h, layer['value'].astype(dtype)).transpose(0, 2, 3, 1)
-      keys = base.write_cache(layer_cache['k'], k, positions)  # [B, N, H, T]
-      values = base.write_cache(layer_cache['v'], v, positions)
+      keys = base.write_cache(layer_cache['k'], k, write_start)  # [B, N, H, T]
+      values = base.write_cache(layer_cache['v'], v, write_start)
       new_cache.append({'k': keys, 'v': values})
       scores = jnp.einsum('BKNH,BNHT->BNKT', q, keys).astype(jnp.float32)
       scores = jnp.where(mask, scores, -1e9)
@@ -135,4 +155,4 @@ class DecoderOnlyTransformer:
       x = x + h @ layer['wo'].astype(dtype)
     x = _rms_norm(x, params['final_norm'])
     logits = jnp.einsum('BKD,DV->BKV', x.astype(jnp.float32), params['logits'])
-    return logits, new_cache
+    return (logits, new_cache, x) if return_hidden else (logits, new_cache)

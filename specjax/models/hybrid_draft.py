@@ -70,8 +70,18 @@ class HybridDraft:
     return {'copy': self.copy.cache_axes(), 'model': self.model.cache_axes()}
 
   def decode(self, params, encoded: dict, cache: dict, tokens: jax.Array,
-             positions: jax.Array):
-    """Logits [B, K, V]: the copy's point mass where it matched, else the model's."""
+             positions: jax.Array, tree=None, return_hidden: bool = False):
+    """Logits [B, K, V]: the copy's point mass where it matched, else the model's.
+
+    Raises:
+      NotImplementedError: a token tree (the copy's history is a chain), or return_hidden
+        (where the copy matched, the model's hidden state is not what the logits came
+        from).
+    """
+    if tree is not None:
+      raise NotImplementedError('the hybrid draft does not decode token trees')
+    if return_hidden:
+      raise NotImplementedError('the hybrid draft has no single hidden state to return')
     logits, model_cache = self.model.decode(params, encoded['model'], cache['model'], tokens,
                                             positions)
     ids = base.write_cache(cache['copy']['ids'], tokens.astype(jnp.int32), positions)

@@ -4,9 +4,10 @@ Params are a nested dict with T5X-style names and kernels [in, out] (heads split
 query [D, N, H], key/value [D, M, H], out [N, H, D]); the cache holds per layer the K/V
 heads only, k and v [B, M, H, T] (heads-major, positions last, as T5's). `decode` scores
 any K tokens per row at per-row positions: a prompt prefill, a draft step, a verify.
-Rotary and learned positions are the cache slot: a prompt sits at slots 0..P-1, so a
-right-padded prompt's pad slots are overwritten by generated tokens before any query
-reads them. `decoder_prompt` also takes left-padded prompts (shifted left first).
+Rotary and learned positions are the cache slot (a token tree's nodes are at base +
+depth instead, `base.Tree`): a prompt sits at slots 0..P-1, so a right-padded prompt's
+pad slots are overwritten by generated tokens before any query reads them.
+`decoder_prompt` also takes left-padded prompts (shifted left first).
 
 Shape letters: B batch, P prompt width, K tokens in this call, T cache length, V vocab,
 D model dim, N query heads, M KV heads, H head dim, F mlp dim.
@@ -170,29 +171,40 @@ class CausalLM:
             for _ in range(c.num_layers)]
 
   def decode(self, params: PyTree, encoded: PyTree, cache: list, tokens: jax.Array,
-             positions: jax.Array) -> Tuple[jax.Array, list]:
-    """Scores tokens [B, K] at positions[b] + 0..K-1 and writes their K/V into the cache.
+             positions: jax.Array, tree: base.Tree | None = None, return_hidden: bool = False
+             ) -> Tuple[jax.Array, ...]:
+    """Scores tokens [B, K] at positions[b] + 0..K-1 (or a token tree's nodes) and writes
+    their K/V into the cache (`base.Model.decode` has the contract).
 
     Args:
       params: from `init` or a checkpoint.
       encoded: `encode`'s (empty) result.
       cache: per layer {'k', 'v'} [B, M, H, T].
       tokens: [B, K] int32.
-      positions: [B] int32, each row's first position.
+      positions: [B] int32, each row's first position (ignored with a tree).
+      tree: None for a chain, or the token tree's layout (`base.Tree`): each token is
+        rotated (or given the learned embedding) of its position base + depth, and its
+        key is cached so rotated, at its slot base + offset + k.
+      return_hidden: also return the final hidden state [B, K, D] float32 (after the
+        final norm, the input of the output projection).
 
     Returns:
-      logits [B, K, V] float32 and the new cache.
+      logits [B, K, V] float32, the new cache, and with return_hidden the hidden state.
     """
     del encoded
     c = self.config
     dtype = jnp.dtype(c.dtype)
     num_tokens, max_len = tokens.shape[1], cache[0]['k'].shape[3]
-    query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
+    if tree is None:  # today's chain ops, unchanged
+      query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
+      mask, write_start = base.causal_mask(positions, num_tokens, max_len), positions
+    else:
+      query_pos, _, mask, write_start = base.attention_layout(positions, num_tokens, max_len,
+                                                              tree)  # mask [B, K, T]
     x = jnp.take(params['embed']['embedding'], tokens, axis=0).astype(dtype)  # [B, K, D]
     if not c.rotary:
       x = x + jnp.take(params['position']['embedding'], query_pos, axis=0).astype(dtype)
     inv_freq = layers.rope_frequencies(c) if c.rotary else None
-    mask = base.causal_mask(positions, num_tokens, max_len)  # [B, K, T]
     new_cache = []
     for i, layer_cache in enumerate(cache):
       p = params[f'layers_{i}']
@@ -204,8 +216,8 @@ class CausalLM:
       if c.rotary:
         q, k = layers.apply_rope(q, query_pos, inv_freq), layers.apply_rope(k, query_pos,
                                                                             inv_freq)
-      keys = base.write_cache(layer_cache['k'], k.transpose(0, 2, 3, 1), positions)
-      values = base.write_cache(layer_cache['v'], v.transpose(0, 2, 3, 1), positions)
+      keys = base.write_cache(layer_cache['k'], k.transpose(0, 2, 3, 1), write_start)
+      values = base.write_cache(layer_cache['v'], v.transpose(0, 2, 3, 1), write_start)
       new_cache.append({'k': keys, 'v': values})  # [B, M, H, T]
       y = layers.attention(q, keys.astype(dtype), values.astype(dtype), mask)
       x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
@@ -215,7 +227,8 @@ class CausalLM:
       logits = jnp.einsum('BKD,VD->BKV', x, params['embed']['embedding'])
     else:
       logits = jnp.einsum('BKD,DV->BKV', x, params['lm_head']['kernel'])
-    return logits.astype(jnp.float32), new_cache
+    logits = logits.astype(jnp.float32)
+    return (logits, new_cache, x) if return_hidden else (logits, new_cache)
 
   def logits(self, params: PyTree, tokens: jax.Array) -> jax.Array:
     """Teacher-forced next-token logits [B, P, V] float32 of tokens [B, P] (from 0)."""

@@ -54,9 +54,18 @@ class MarkovModel:
     """No encoding, no axes."""
     return {}
 
-  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array):
-    """Logits [B, K, V] after each of tokens [B, K]: row `tokens` of the table."""
-    del encoded, positions
+  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array,
+             tree=None, return_hidden: bool = False):
+    """Logits [B, K, V] after each of tokens [B, K]: row `tokens` of the table.
+
+    They depend on each token alone, so a token tree (`base.Tree`) changes nothing.
+
+    Raises:
+      NotImplementedError: return_hidden (a table has no hidden state).
+    """
+    del encoded, positions, tree
+    if return_hidden:
+      raise NotImplementedError('a Markov model has no hidden state to return')
     return jnp.take(params['logits'], tokens, axis=0).astype(jnp.float32), cache
 
   def transition_probs(self, params, sampling_config) -> np.ndarray:

@@ -234,32 +234,46 @@ class T5:
             for i in range(cfg.num_decoder_layers)}
 
   def decode(self, params: PyTree, encoded: PyTree, cache: PyTree, tokens: jax.Array,
-             positions: jax.Array, dropout: layers.Dropout = layers.NO_DROPOUT
-             ) -> Tuple[jax.Array, PyTree]:
+             positions: jax.Array, tree: base.Tree | None = None, return_hidden: bool = False,
+             dropout: layers.Dropout = layers.NO_DROPOUT) -> Tuple[jax.Array, ...]:
     """Scores K decoder tokens per row and writes their K/V into the cache.
 
-    One code path for a single step (K = 1), a verify call (K = gamma + 1) and a prefill.
+    One code path for a single step (K = 1), a verify call (K = gamma + 1), a prefill and
+    the nodes of a token tree (`base.Model.decode` has the contract).
 
     Args:
       params: model params.
       encoded: what `encode` returned.
       cache: from `init_cache` or a previous `decode`, [B, N, H, T] per layer.
-      tokens: [B, K] int32, the tokens at positions positions[b] .. positions[b]+K-1.
-      positions: [B] int32 first position per row; positions[b] + K <= T is the caller's
-        job (`base.write_cache`).
+      tokens: [B, K] int32, the tokens at positions positions[b] .. positions[b]+K-1
+        (chain), or the tree's nodes at slots tree.base+tree.offset+k.
+      positions: [B] int32 first position per row (ignored with a tree); positions[b] + K
+        <= T is the caller's job (`base.write_cache`).
+      tree: None for a chain, or the token tree's layout (`base.Tree`): the relative
+        bias then measures each token's position base + depth against each key's.
+      return_hidden: also return the final hidden state [B, K, D] (after decoder_norm,
+        the input of the logits projection).
       dropout: training only (see `logits`).
 
     Returns:
-      logits [B, K, V] float32 (next-token logits after each token) and the new cache.
-      Queries see keys at positions <= their own, so entries beyond are ignored.
+      logits [B, K, V] float32 (next-token logits after each token), the new cache, and
+      with return_hidden the hidden state [B, K, D]. Queries see keys at positions <= their
+      own (a tree's: the prefix and the slots `tree.visible` names), others are ignored.
     """
     cfg, dec = self.config, params['decoder']
     num_tokens, max_len = tokens.shape[1], cache['layers_0']['k'].shape[3]
-    positions = positions.astype(jnp.int32)
-    self_mask = base.causal_mask(positions, num_tokens, max_len)  # [B, K, T]
-    bias = layers.decoder_position_bias(
-        self._rel_table(dec['relpos_bias']['rel_embedding']), positions, num_tokens, max_len,
-        cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
+    buckets = (cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
+    if tree is None:
+      write_start = positions.astype(jnp.int32)
+      self_mask = base.causal_mask(write_start, num_tokens, max_len)  # [B, K, T]
+      bias = layers.decoder_position_bias(
+          self._rel_table(dec['relpos_bias']['rel_embedding']), write_start, num_tokens,
+          max_len, *buckets)  # [B, N, K, T]
+    else:
+      query_pos, key_pos, self_mask, write_start = base.attention_layout(
+          positions, num_tokens, max_len, tree)
+      bias = layers.tree_position_bias(
+          self._rel_table(dec['relpos_bias']['rel_embedding']), query_pos, key_pos, *buckets)
     cross_mask = encoded['mask'][:, None, :]  # [B, 1, S]
     x = dropout(self._embed(params, tokens))  # [B, K, D]
     new_cache = {}
@@ -270,8 +284,8 @@ class T5:
       q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, K, N, H]
       k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
               for n in ('key', 'value'))  # [B, N, H, K]
-      k_all = base.write_cache(cache[name]['k'], k, positions)  # [B, N, H, T]
-      v_all = base.write_cache(cache[name]['v'], v, positions)
+      k_all = base.write_cache(cache[name]['k'], k, write_start)  # [B, N, H, T]
+      v_all = base.write_cache(cache[name]['v'], v, write_start)
       new_cache[name] = {'k': k_all, 'v': v_all}
       y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
                                        self_mask, bias, dropout, self._logits_dtype)
@@ -291,7 +305,7 @@ class T5:
       logits = logits / math.sqrt(cfg.emb_dim)
     else:
       logits = layers.output_logits(y, dec['logits_dense']['kernel'], vocab_axis=1)
-    return logits, new_cache
+    return (logits, new_cache, y) if return_hidden else (logits, new_cache)
 
   def logits(self, params: PyTree, inputs: jax.Array, decoder_input_tokens: jax.Array,
              dropout_rate: float = 0.0, dropout_rng: jax.Array | None = None) -> jax.Array:
@@ -312,5 +326,6 @@ class T5:
     dropout = layers.Dropout(dropout_rate, dropout_rng) if dropout_rate else layers.NO_DROPOUT
     cache = self.init_cache(batch, length)
     logits, _ = self.decode(params, self.encode(params, inputs, dropout), cache,
-                            decoder_input_tokens, jnp.zeros((batch,), jnp.int32), dropout)
+                            decoder_input_tokens, jnp.zeros((batch,), jnp.int32),
+                            dropout=dropout)
     return logits

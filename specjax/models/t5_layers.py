@@ -282,6 +282,21 @@ def decoder_position_bias(rel_embedding: jax.Array, positions: jax.Array, num_to
   """
   query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
   distance = query_pos[:, :, None] - jnp.arange(max_len)[None, None, :]  # [B, K, T]
+  return _causal_bias(rel_embedding, distance, num_buckets, max_distance)
+
+
+def tree_position_bias(rel_embedding: jax.Array, query_pos: jax.Array, key_pos: jax.Array,
+                       num_buckets: int, max_distance: int) -> jax.Array:
+  """`decoder_position_bias` for queries at query_pos [B, K] and keys at key_pos [B, T]
+  (a token tree's: siblings share a position, slots are not positions) -> [B, N, K, T]."""
+  distance = query_pos[:, :, None] - key_pos[:, None, :]  # [B, K, T]
+  return _causal_bias(rel_embedding, distance, num_buckets, max_distance)
+
+
+def _causal_bias(rel_embedding: jax.Array, distance: jax.Array, num_buckets: int,
+                 max_distance: int) -> jax.Array:
+  """The unidirectional bias [B, N, K, T] of distance [B, K, T] = query - key position
+  (see `decoder_position_bias`)."""
   starts = jnp.asarray(_bucket_starts(False, num_buckets, max_distance))  # [buckets - 1]
   buckets = jnp.sum(distance[..., None] >= starts, axis=-1)  # [B, K, T]; keys ahead: 0
   one_hot = jax.nn.one_hot(buckets, num_buckets, dtype=jnp.float32)  # [B, K, T, buckets]

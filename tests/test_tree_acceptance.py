@@ -1,0 +1,135 @@
+"""Token trees: their static shapes, the greedy and sampled tree rules, the cache
+compaction, and sampled tree decoding against exactly enumerated target probabilities (with
+a deliberately broken tree rule that the same test rejects)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specjax
+from specjax.core import tree, tree_accept
+from specjax.models.markov import MarkovModel
+from stats_util import chi_square_pvalue, enumerate_markov
+
+VOCAB, START, N, STEPS = 6, 3, 20_000, 3
+
+
+def test_static_shape_lists_nodes_breadth_first():
+  shape = tree.TreeShape((2, 2))
+  assert shape.num_nodes == 6 and shape.depth_count == 2
+  assert shape.parents().tolist() == [-1, -1, 0, 0, 1, 1]
+  assert shape.depths().tolist() == [1, 1, 2, 2, 2, 2]
+  assert shape.ranks().tolist() == [0, 1, 0, 1, 0, 1]
+  assert tree.TreeShape((3, 1, 2)).parents().tolist() == [-1, -1, -1, 0, 1, 2, 3, 3, 4, 4,
+                                                           5, 5]
+  assert tree.TreeShape.parse('4,2,2,1').num_nodes == 4 + 8 + 16 + 16
+  assert tree.TreeShape.chain(3).parents().tolist() == [-1, 0, 1]
+  for bad in ('4,0', 'a,b', ''):
+    with pytest.raises(ValueError, match='--tree'):
+      tree.TreeShape.parse(bad)
+
+
+def test_ancestors_of_a_small_tree():
+  anc = np.asarray(tree.ancestors(np.array([-1, -1, 0, 0, 1, 1])))
+  expected = {0: [0], 1: [0, 1], 2: [0, 2], 3: [0, 1, 3], 4: [0, 1, 4], 5: [0, 2, 5],
+              6: [0, 2, 6]}
+  for slot, row in expected.items():
+    assert np.flatnonzero(anc[slot]).tolist() == row
+
+
+def test_greedy_takes_the_deepest_matching_path():
+  parents = np.array([-1, -1, 0, 0, 1, 1])  # tree (2, 2): slots 1..6
+  depth = np.array([1, 1, 2, 2, 2, 2])
+  tokens = jnp.array([[7, 8, 4, 5, 6, 9],    # argmax after root 8 -> node 1; after it 9
+                      [7, 8, 4, 5, 6, 9],    # root wants 7 -> node 0; after it 5 -> node 3
+                      [7, 8, 4, 5, 6, 9]])   # root wants 2: nothing matches
+  target = jnp.array([[8, 0, 9, 0, 0, 0, 0],
+                      [7, 5, 0, 0, 3, 0, 0],
+                      [2, 0, 0, 0, 0, 0, 0]])
+  got = tree_accept.accept_tree_greedy(target, tokens, parents, depth, 2)
+  assert got.n.tolist() == [2, 2, 0]
+  assert got.path.tolist() == [[1, 5], [0, 3], [-1, -1]]
+  # after node 5 (slot 6) the target says 0; after node 3 (slot 4) it says 3; else 2
+  assert got.y.tolist() == [0, 3, 2]
+  block = tree_accept.accepted_tokens(tokens, got.path, got.y, got.n)
+  assert block[:, :3].tolist()[:2] == [[8, 9, 0], [7, 5, 3]] and int(block[2, 0]) == 2
+
+
+def test_sampled_rule_on_one_hot_distributions_is_the_greedy_rule():
+  """With one-hot p (greedy) and point-mass q, the sampled rule keeps what greedy keeps
+  (siblings carry distinct tokens, as a node's top-k children do)."""
+  shape = tree.TreeShape((3, 2))
+  rng = np.random.default_rng(0)
+  parents, depth = shape.parents(), shape.depths()
+  batch, vocab = 64, 4
+  tokens = np.concatenate([rng.permuted(np.tile(np.arange(vocab), (batch * groups, 1)),
+                                        axis=1)[:, :b].reshape(batch, groups * b)
+                           for b, groups in ((3, 1), (2, 3))], axis=1)
+  tokens = jnp.asarray(tokens, jnp.int32)
+  target = jnp.asarray(rng.integers(0, vocab, (batch, shape.num_nodes + 1)), jnp.int32)
+  greedy = tree_accept.accept_tree_greedy(target, tokens, parents, depth, 2)
+  sampled = tree_accept.accept_tree(jax.nn.one_hot(target, vocab), jax.nn.one_hot(tokens, vocab),
+                                    tokens, parents, depth,
+                                    jax.random.split(jax.random.PRNGKey(0), batch), 2)
+  assert sampled.n.tolist() == greedy.n.tolist() and sampled.y.tolist() == greedy.y.tolist()
+  # equal tokens in one path, whichever sibling carried them
+  got = tree_accept.accepted_tokens(tokens, sampled.path, sampled.y, sampled.n)
+  want = tree_accept.accepted_tokens(tokens, greedy.path, greedy.y, greedy.n)
+  keep = np.arange(3)[None] <= np.asarray(greedy.n)[:, None]
+  assert np.array_equal(np.where(keep, got, 0), np.where(keep, want, 0))
+  assert 0 < int(jnp.sum(greedy.n > 0)) < batch  # both outcomes occur
+
+
+def test_compact_moves_the_accepted_path_into_place():
+  cache = {'k': jnp.arange(2 * 3 * 12, dtype=jnp.float32).reshape(2, 3, 12)}  # [B, H, T]
+  axes = {'k': ('batch', 'kv', 'length')}
+  base = jnp.array([2, 5])
+  path = jnp.array([[1, 4], [0, -1]])  # row 0: nodes 1 then 4; row 1: node 0 only
+  got = tree.compact(cache, axes, base, path, jnp.array([2, 1]), num_nodes=6)['k']
+  want = np.array(cache['k'])
+  want[0, :, 3] = want[0, :, 2 + 1 + 1]  # node 1 (slot base+2) -> base+1
+  want[0, :, 4] = want[0, :, 2 + 1 + 4]  # node 4 (slot base+5) -> base+2
+  want[1, :, 6] = want[1, :, 5 + 1 + 0]  # node 0 stays at base+1
+  assert np.array_equal(np.asarray(got), want)
+  assert not np.array_equal(np.asarray(got), np.asarray(cache['k']))
+
+
+def _markov_pair():
+  target = MarkovModel(VOCAB)
+  tp = target.init(jax.random.PRNGKey(10), scale=1.5)
+  dp = target.init(jax.random.PRNGKey(11), scale=3.0)
+  return target, tp, dp
+
+
+def _tree_samples(config, shape, seed=0):
+  target, tp, dp = _markov_pair()
+  out = specjax.speculative_decode(target, tp, target, dp, jnp.full((N, 1), START, jnp.int32),
+                                   tree=shape, max_decode_len=STEPS, sampling=config,
+                                   rng=jax.random.PRNGKey(seed))
+  expected = enumerate_markov(target.transition_probs(tp, config), START, STEPS)
+  return np.asarray(out.tokens), expected, out
+
+
+CONFIGS = [specjax.SamplingConfig(temperature=1.0),
+           specjax.SamplingConfig(temperature=0.7, top_k=3, top_p=0.9)]
+
+
+@pytest.mark.parametrize('shape', ['3,2', '1,1', '2,1,2', tree.DynamicTree(6, 3, 2)],
+                         ids=['3,2', '1,1', '2,1,2', 'dynamic6-3-2'])
+@pytest.mark.parametrize('config', CONFIGS, ids=['t1', 't0.7-top3-top0.9'])
+def test_sampled_tree_decode_follows_the_target_on_the_first_three_tokens(config, shape):
+  tokens, expected, out = _tree_samples(config, shape)
+  assert chi_square_pvalue(tokens, expected) > 1e-3
+  rate = float(out.stats.accepted.sum()) / float(out.stats.target_calls.sum())
+  assert 0.05 < rate  # the tree was used: some of its tokens were accepted
+
+
+def test_a_tree_rule_that_keeps_the_residual_between_siblings_is_rejected(monkeypatch):
+  """Not removing a rejected sibling's mass from the residual: the same test must fail."""
+  monkeypatch.setattr(tree_accept, 'residual', lambda r, q, q_scale=1.0: r)
+  jax.clear_caches()  # the exact rule's programs were compiled by the tests above
+  try:
+    tokens, expected, _ = _tree_samples(CONFIGS[0], '3,2')
+  finally:
+    jax.clear_caches()
+  assert chi_square_pvalue(tokens, expected) < 1e-6
