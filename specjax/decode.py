@@ -58,12 +58,30 @@ def parse_config(argv=None) -> DecodeConfig:
   return flags.from_args(DecodeConfig, parse_args(argv))
 
 
+def _tree_name(tree: dict) -> str:
+  """'tree 4,2,1 (14 nodes, depth 3)' or 'dynamic tree (8 nodes, depth 4, top 2)'."""
+  if tree['kind'] == 'static':
+    return (f'tree {",".join(map(str, tree["branching"]))} ({tree["nodes"]} nodes, depth '
+            f'{tree["depth"]})')
+  return f'dynamic tree ({tree["nodes"]} nodes, depth {tree["depth"]}, top {tree["top"]})'
+
+
+def _tree_figures(s: dict) -> str:
+  """The tree's line: nodes verified per call and the accepted depth histogram."""
+  shares = ', '.join(f'{d} in {100 * x:.0f}%' + (' of calls' if d == 0 else '')
+                     for d, x in enumerate(s['accepted_depths']))
+  return (f'  {s["nodes_per_call"]:.1f} nodes verified per target call; depth of the '
+          f'accepted path: {shares}')
+
+
 def _print_summary(s: dict) -> None:
+  tree = s.get('tree')
   print(f'\n{s["num_examples"]} examples, target {s["target"]}, draft {s["draft"]}, '
-        f'gamma {s["gamma"]}, temperature {s["temperature"]}')
+        f'{_tree_name(tree) if tree else "gamma " + str(s["gamma"])}, '
+        f'temperature {s["temperature"]}')
   if s.get('gamma_reason'):
     print(f'  gamma: {s["gamma_reason"]}')
-  rule = [f'{s["verification"]} verification'] + (
+  rule = [f'{"tree" if tree else s["verification"]} verification'] + (
       [f'draft threshold {s["draft_threshold"]} ({s.get("threshold_rule", "token")})']
       if s['draft_threshold'] else [])
   if s['gamma'] != 0:  # gamma 0: the target alone decoded, no rule applied
@@ -83,6 +101,8 @@ def _print_summary(s: dict) -> None:
     print(f'  alpha {s["alpha"]:.3f}, {s["tokens_per_call"]:.2f} tokens per target call: '
           f'{s["generated_tokens"]} tokens from {s["target_calls"]} per-row target calls '
           f'({s["batched_target_calls"]} batched calls of the model)')
+    if tree:
+      print(_tree_figures(s))
   if s['gamma'] == 0:
     print(f'  {s["tokens_per_second"]:.1f} tokens/s, the target alone\'s (speedup 1.00x: '
           'speculation was not faster here)')

@@ -17,10 +17,10 @@ from specjax.core import theory
 from specjax.models import t5_layers as layers
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS
-from specjax.speed import measure, paper
+from specjax.speed import measure, paper, predict, programs
 from specjax.speed.predict import PairCosts, Prediction
 from specjax.speed.programs import ITERATION_GAMMAS, VERIFY_TOKENS, cast_floats
-from specjax.speed.roofline import V4_CHIP
+from specjax.speed.roofline import V4_CHIP, Cost
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -136,6 +136,7 @@ def test_quick_speed_plan_killed_leaves_the_old_report_then_resumes(tmp_path):
           for r in data['programs']]
   assert len(set(keys)) == len(keys)  # the resumed run measured only what was missing
   assert '## 4. The paper\'s Table 2' in text and '## 7. Batch' in text
+  assert '## 8. Token trees' in text and data['summary']['trees']['settings']
   cells = data['summary']['table2']
   assert len(cells) == len(paper.TABLE2)
   rows = {}
@@ -197,3 +198,44 @@ def test_measured_times_predict_with_every_draft_step_counted():
   summary = measure.summarize(rows, 't', 'd', 1, 8, 8, True)
   assert summary['speedup']['0.75'][7] == pytest.approx(
       theory.expected_tokens_per_call(0.75, 7) * 1.02 / p.iteration_seconds(7))
+
+
+def test_tree_verify_compiles_and_reads_more_than_a_shorter_chain():
+  """The target's ONE call of a tree of N = 8 nodes (9 tokens, the tree mask) compiles on
+  the CPU for the tiny T5 and costs more than its chain verify of 8 tokens."""
+  kw = dict(batch=1, input_len=8, max_decode_len=8,
+            mesh=programs.one_device_mesh(jax.devices('cpu')[0]))
+  target, draft = T5_CONFIGS['t5_tiny'], T5_CONFIGS['t5_tiny_draft']
+  tree, = programs.measure_trees(target, draft, shapes=((2, 1, 1, 1),),
+                                 only=lambda m, p, k: p == 'tree_verify', **kw)
+  assert (tree.model, tree.program, tree.tokens, tree.greedy) == (
+      't5_tiny', 'tree_verify', 8, True)
+  assert tree.bytes > 0 and tree.flops > 0
+  chain = {r.tokens: r for r in programs.measure_pair(
+      target, draft, greedy=True, only=lambda m, p, k: p == 'verify' and k in (1, 8), **kw)}
+  assert tree.bytes > chain[8].bytes > chain[1].bytes
+  assert tree.flops > chain[8].flops
+
+
+def test_tree_speedup_is_tokens_over_draft_and_verify():
+  """S = E / (d + v): the tree's draft calls over the target step, its verify over the
+  one-token verify; the chain's best by the same formula over gamma 1..8."""
+  cost = lambda seconds: Cost(seconds * V4_CHIP.bytes_per_s, 0.0)
+  chain = Prediction(PairCosts(
+      verify={k: cost(1.0 + 0.01 * k) for k in VERIFY_TOKENS}, target_step=cost(1.01),
+      draft_step=cost(0.02), draft_first=cost(0.025), alone=cost(1.01),
+      iterations={g: cost(1.0 + 0.05 * g) for g in ITERATION_GAMMAS},
+      target_encode=cost(3.0), draft_encode=cost(0.1)), V4_CHIP)
+  tree = predict.TreePrediction(nodes=16, verify=cost(1.2), draft=cost(0.1),
+                                iteration=cost(1.4), chain=chain)
+  assert tree.v == pytest.approx(1.2 / 1.01) and tree.d == pytest.approx(0.1 / 1.01)
+  assert tree.speedup(3.5) == pytest.approx(3.5 / (0.1 / 1.01 + 1.2 / 1.01))
+  assert tree.speedup_with_loop(3.5) == pytest.approx(3.5 * 1.01 / 1.4)
+  assert tree.loop_share == pytest.approx(0.1 / 1.4)
+  gamma, best = predict.chain_best(chain, 0.75)
+  assert best == pytest.approx(max(
+      theory.expected_tokens_per_call(0.75, g) / ((0.025 + (g - 1) * 0.02) / 1.01 +
+                                                  (1.0 + 0.01 * (g + 1)) / 1.01)
+      for g in range(1, 9)))
+  assert best == pytest.approx(predict.chain_speedup(
+      chain, gamma, theory.expected_tokens_per_call(0.75, gamma)))

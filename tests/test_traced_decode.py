@@ -115,3 +115,25 @@ def test_traced_decode_refuses_a_bad_rule(pair):
   with pytest.raises(ValueError, match='lenience changes the token rule of sampled'):
     traced_decode(target, tp, draft, dp, inputs, gamma=GAMMA, max_decode_len=MAX_LEN,
                   sampling=SamplingParams(0.0, 0, 1.0), lenience=0.5)
+
+
+def test_traced_decode_with_a_tree_is_the_public_tree_decode(pair):
+  """The route inside an outer jit (T5X's) verifies the tree it is given: the public
+  tree decode's output and counters (N nodes verified per call), greedy the target's own."""
+  target, tp, draft, dp, inputs = pair
+  for temperature in (0.0, 1.0):
+    sampling = _params([temperature] * len(inputs))
+    traced = jax.jit(lambda tp, dp, s: traced_decode(
+        target, tp, draft, dp, inputs, gamma=GAMMA, max_decode_len=MAX_LEN, sampling=s,
+        mode=mode_for(_params([temperature] * len(inputs))), rng=RNG, tree='2,2'))(tp, dp,
+                                                                                   sampling)
+    public = specjax.speculative_decode(
+        target, tp, draft, dp, inputs, tree='2,2', max_decode_len=MAX_LEN, rng=RNG,
+        sampling=[specjax.SamplingConfig(temperature)] * len(inputs))
+    np.testing.assert_array_equal(traced.tokens, public.tokens)
+    np.testing.assert_array_equal(traced.stats.drafted, public.stats.drafted)
+    np.testing.assert_array_equal(traced.stats.drafted, 6 * traced.stats.target_calls)
+  alone = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=MAX_LEN)
+  np.testing.assert_array_equal(
+      traced_decode(target, tp, draft, dp, inputs, gamma=GAMMA, max_decode_len=MAX_LEN,
+                    sampling=_params([0.0] * len(inputs)), tree='2,2').tokens, alone.tokens)

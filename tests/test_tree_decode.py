@@ -57,8 +57,8 @@ def test_greedy_tree_decode_is_the_targets_on_manpages_test_lines(manpages_pair)
   np.testing.assert_array_equal(out.tokens, ref.tokens)
 
 
-@pytest.mark.parametrize('family', ['llama', 'gpt2'])
-@pytest.mark.parametrize('shape', TREES, ids=TREE_IDS)
+@pytest.mark.parametrize('family, shape', [('llama', TREES[0]), ('gpt2', TREES[1])],
+                         ids=['llama-' + TREE_IDS[0], 'gpt2-' + TREE_IDS[1]])
 def test_greedy_tree_decode_is_the_targets_for_decoder_only_pairs(family, shape):
   target, tp, draft, dp = lm_pair(family, vocab=32, eos_bias=0.6 if family == 'llama' else 1.6)
   inputs = _prompts(32)

@@ -4,7 +4,8 @@ alpha, the acceptance rate, tokens, accepted and drafted tokens per target call,
 acceptance per draft position are ratios of `DecodeStats` counters. The CLI's summary, the
 bench, `evaluate`, the T5X aux outputs, the calibration and `DecodeStats`' own properties
 all call `decode_figures` (or `per_example_figures`), so a figure has the same meaning
-wherever it is reported.
+wherever it is reported. The histogram of accepted depths is one more such ratio (a tree
+decode's summary reports it).
 
 Shape letters: B rows, G gamma, E examples (T5X: each holds B / E consecutive rows).
 """
@@ -43,6 +44,11 @@ class Figures(NamedTuple):
       and the elements sum to accepted_per_call. Every call counts in the denominator,
       not only those that verified position i: the counters do not record how far each
       call verified. None when the counters have no accepted_per_position.
+    accepted_depths: [G + 1] (or [E, G + 1]): the share of target calls whose accepted
+      prefix in the output (with a tree: the accepted root path) is exactly k drafts deep,
+      k = 0 .. G, from the same counts (target_calls, then accepted_per_position, then 0,
+      each minus the next, over target_calls): a histogram of the accepted depth, summing
+      to 1 where any call was made. None when the counters have no accepted_per_position.
   """
 
   alpha: Any
@@ -51,6 +57,7 @@ class Figures(NamedTuple):
   accepted_per_call: Any
   drafted_per_call: Any
   accepted_per_position: Any
+  accepted_depths: Any = None
 
 
 def decode_figures(stats: Any) -> Figures:
@@ -101,13 +108,18 @@ def _ratios(xp, c: dict, position: Optional[Any]) -> Figures:
   """The figures of counters summed over rows ([] or [E]; position [G] or [E, G])."""
   calls = c['target_calls']
   drafted = None if c['drafted'] is None else _ratio(xp, c['drafted'], calls)
+  depths = None
   if position is not None:
+    reached = xp.concatenate([xp.expand_dims(xp.asarray(calls), -1), position,
+                              xp.zeros_like(position[..., :1])], axis=-1)  # [G + 2]
+    depths = _ratio(xp, reached[..., :-1] - reached[..., 1:], xp.expand_dims(calls, -1))
     position = _ratio(xp, position, xp.expand_dims(calls, -1))  # [G] or [E, G]
   return Figures(alpha=_ratio(xp, c['beta_sum'], c['beta_count']),
                  acceptance_rate=_ratio(xp, c['accepted'], c['beta_count']),
                  tokens_per_call=_ratio(xp, c['generated'], calls),
                  accepted_per_call=_ratio(xp, c['accepted'], calls),
-                 drafted_per_call=drafted, accepted_per_position=position)
+                 drafted_per_call=drafted, accepted_per_position=position,
+                 accepted_depths=depths)
 
 
 def _ratio(xp, num, den):

@@ -52,7 +52,7 @@ def traced_decode(target, target_params, draft, draft_params, inputs: jax.Array,
                   row_ids: Optional[jax.Array] = None, eos_id: Optional[int] = None,
                   pad_id: Optional[int] = None, verification: str = 'token',
                   draft_threshold: float = 0.0, lenience: float = 1.0,
-                  threshold_rule: str = 'token') -> DecodeOutput:
+                  threshold_rule: str = 'token', tree=None) -> DecodeOutput:
   """Speculative decode (or the target alone, draft None) callable under an outer jit.
 
   The output is exactly `specjax.speculative_decode`'s for the same arguments: the same
@@ -72,6 +72,8 @@ def traced_decode(target, target_params, draft, draft_params, inputs: jax.Array,
     eos_id, pad_id: static ints (default: the target's).
     verification, draft_threshold, lenience, threshold_rule: the verification rule, as
       `specjax.speculative_decode` (ignored without a draft).
+    tree: a token tree instead of a chain, as `specjax.speculative_decode` ('4,2,2,1', a
+      `TreeShape` or a `DynamicTree`); gamma is then the tree's depth.
 
   Returns:
     DecodeOutput(tokens [N, L], lengths [N], stats, iterations).
@@ -81,6 +83,9 @@ def traced_decode(target, target_params, draft, draft_params, inputs: jax.Array,
       verification rule (`specjax.core.rule.VerificationRule.checked`).
   """
   num = inputs.shape[0]
+  tree = api.tree_shape(tree) if draft is not None else None
+  if tree is not None:
+    gamma = tree.depth_count
   if draft is not None:
     if not isinstance(gamma, (int, np.integer)) or gamma < 1:
       raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), '
@@ -94,7 +99,8 @@ def traced_decode(target, target_params, draft, draft_params, inputs: jax.Array,
                             top_k=rows(sampling.top_k, jnp.int32),
                             top_p=rows(sampling.top_p, jnp.float32))
   rule = (dict(verification=verification, draft_threshold=draft_threshold,
-               lenience=lenience, threshold_rule=threshold_rule) if draft is not None else {})
+               lenience=lenience, threshold_rule=threshold_rule, tree=tree)
+          if draft is not None else {})
   cfg = api.loop_config(target, int(gamma) if draft is not None else 0, max_decode_len, mode,
                         eos_id, pad_id, **rule)
   dec = decoder_lib.build(target, draft, cfg)

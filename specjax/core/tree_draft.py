@@ -4,9 +4,9 @@ grown per row from the draft's own probabilities (`tree.DynamicTree`, EAGLE-2).
 Both start with the chain's catch-up call (two tokens at positions pos - 1 and pos, so
 that the draft's cache holds every committed token), then feed one depth's nodes per call
 with a tree mask (`specjax.models.base.Tree`) in the draft's own scratch slots after the
-root. Children are the draft's top tokens below a node (point masses: a deterministic
-choice), or, at a depth of a static tree with one child per node under sampling, a draw
-from the draft's warped distribution (as the chain drafts). Either way a node's candidates
+root. Children are the draft's top tokens below a node by its logits (point masses: a
+deterministic choice), or, at a depth of a static tree with one child per node under
+sampling, a draw from the draft's warped distribution (as the chain drafts). Either way a node's candidates
 are drawn independently of the target's randomness, which the exact tree rule needs.
 
 Shape letters: B rows, N nodes, M = N + 1 tree slots, D depth, K nodes of one call,
@@ -81,18 +81,20 @@ def _catch_up(draft: Bound, cache, seq: jax.Array, pos: jax.Array):
 def _children(logits: jax.Array, branching: int, keys: Optional[jax.Array], params,
               cfg: LoopConfig):
   """The children of K nodes from the draft's logits [B, K, V]: tokens [B, K * b] and the
-  distribution each was drawn from [B, K * b, V] (None when greedy): the top b tokens
-  (point masses), or with one child per node and sampling, a draw from the warped q."""
+  distribution each was drawn from [B, K * b, V] (None when greedy).
+
+  Several children per node are the draft's top b tokens by its logits (point masses; the
+  order of the warped distribution too, where it keeps them): a greedy row of a sampled
+  batch, whose warped q is one-hot, still gets b likely tokens. One child per node under
+  sampling is a draw from the warped q, as a chain drafts."""
   batch, count, vocab = logits.shape
-  if cfg.sampling.greedy:
-    return jax.lax.top_k(logits, branching)[1].reshape(batch, count * branching), None
+  if cfg.sampling.greedy or branching > 1:
+    x = jax.lax.top_k(logits, branching)[1].reshape(batch, count * branching)
+    return x, None if cfg.sampling.greedy else jax.nn.one_hot(x, vocab, dtype=jnp.float32)
   q = sampling.warp(logits, params, cfg.sampling)  # [B, K, V]
-  if branching == 1:
-    node_keys = split_keys(keys, count)  # [K, B, ...]: each node its own draw
-    x = jax.vmap(sampling.sample, in_axes=(0, 1), out_axes=1)(node_keys, q)  # [B, K]
-    return x, q
-  x = jax.lax.top_k(q, branching)[1].reshape(batch, count * branching)
-  return x, jax.nn.one_hot(x, vocab, dtype=q.dtype)
+  node_keys = split_keys(keys, count)  # [K, B, ...]: each node its own draw
+  x = jax.vmap(sampling.sample, in_axes=(0, 1), out_axes=1)(node_keys, q)  # [B, K]
+  return x, q
 
 
 def grow_static(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, params,
@@ -133,15 +135,13 @@ def grow_static(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, param
                   nonfinite=bad)
 
 
-def _scores(logits: jax.Array, params, cfg: LoopConfig) -> jax.Array:
-  """Log-probabilities the dynamic tree ranks by: the draft's warped distribution (its
-  softmax when greedy), [..., V]."""
-  if cfg.sampling.greedy:
-    return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  return jnp.log(sampling.warp(logits, params, cfg.sampling))
+def _scores(logits: jax.Array) -> jax.Array:
+  """Log-probabilities the dynamic tree ranks by: the draft's own softmax, [..., V] (the
+  ranking reads the draft alone, whatever it is, so the tree rule stays exact)."""
+  return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
 
 
-def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, params,
+def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
                  cfg: LoopConfig) -> Proposal:
   """A tree grown per row (`tree.DynamicTree`, cfg.tree): every candidate is a point mass,
   the choice a function of the draft's probabilities alone.
@@ -155,7 +155,7 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, params,
   logits, cache = _catch_up(draft, cache, seq, pos)
   batch = pos.shape[0]
   bad = nonfinite(logits[:, None])
-  lp = _scores(logits, params, cfg)  # [B, V]
+  lp = _scores(logits)  # [B, V]
   score, token = jax.lax.top_k(lp, top)  # [B, top]
   pool_tokens, pool_scores = [token], [score]
   pool_parents = [jnp.full((batch, top), -1, jnp.int32)]
@@ -180,7 +180,7 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, params,
     call = tree_call(pos, slot_depth, visible, first + 1, top)
     logits, cache = draft.decode(cache, f_tokens, pos, tree=call)  # [B, top, V]
     bad |= nonfinite(logits)
-    lp = _scores(logits, params, cfg)  # [B, top, V]
+    lp = _scores(logits)  # [B, top, V]
     child_score, child_token = jax.lax.top_k(lp, top)  # [B, top, top]
     child_score = child_score + f_scores[:, :, None]
     offset += top if d == 1 else top * top
@@ -225,5 +225,5 @@ def propose(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, params,
             cfg: LoopConfig) -> Proposal:
   """The draft model's tree for cfg.tree (static or dynamic)."""
   if isinstance(cfg.tree, tree.DynamicTree):
-    return grow_dynamic(draft, cache, seq, pos, params, cfg)
+    return grow_dynamic(draft, cache, seq, pos, cfg)
   return grow_static(draft, cache, seq, pos, keys, params, cfg)

@@ -12,12 +12,15 @@ from typing import Optional, Union
 
 from specjax.core.rule import THRESHOLD_RULES, VERIFICATIONS, VerificationRule
 from specjax.core.sampling import SamplingConfig
+from specjax.core.tree import DynamicTree, TreeShape
 from specjax.flags import flag
+from specjax.job import drafts
 from specjax.job.inputs import PAD_MODES
 from specjax.job.reader import INPUT_FORMATS
 
 AUTO = 'auto'
 SEEDS = 2 ** 32  # seeds in [0, SEEDS) give distinct PRNG keys
+TREE_TOP = 4  # --tree-top's default
 
 
 def parse_gamma(text: str) -> Union[int, str]:
@@ -76,9 +79,9 @@ class DecodeConfig:
   gamma: Union[int, str] = flag(AUTO, 'draft tokens per target call (an integer, or "auto": '
                                 'measure c, v(K) and alpha at this batch size, pick the gamma '
                                 'the formula predicts fastest, and fall back to the target '
-                                'alone (gamma 0) when that measures slower); a sampled run '
-                                'reuses the choice of the run it resumes, or the one cached '
-                                'for its setting, so that reruns sample alike',
+                                'alone (gamma 0) when that measures slower); a run reuses '
+                                'the choice of the sampled run it resumes, or the one cached '
+                                'for its setting, so that reruns write the same file',
                                 parse=parse_gamma)
   max_gamma: int = flag(8, 'with --gamma auto: the largest gamma considered (1..N, and at '
                         'most --max-decode-len)')
@@ -99,6 +102,19 @@ class DecodeConfig:
   lenience: float = flag(1.0, 'sampled decoding only: accept when r*lenience*q < p; below 1 '
                          'the output no longer follows the target\'s distribution (lossy, '
                          'faster)')
+  tree: Optional[str] = flag(None, 'a static token tree instead of a chain: children per '
+                             'depth, e.g. 4,2,2,1 (the draft\'s top 4 tokens below the last '
+                             'one, its top 2 below each of those, ...); the target verifies '
+                             'every node in ONE call and keeps the deepest path the exact '
+                             'tree rule accepts; gamma is the depth (no --gamma auto)',
+                             metavar='B1,B2,...')
+  tree_nodes: Optional[int] = flag(None, 'a dynamic token tree (EAGLE-2) instead: N nodes '
+                                   'verified per call, grown per row from the draft\'s '
+                                   'probabilities; with --tree-depth', metavar='N')
+  tree_depth: Optional[int] = flag(None, 'with --tree-nodes: D, the dynamic tree\'s depth '
+                                   '(gamma is D)', metavar='D')
+  tree_top: int = flag(TREE_TOP, 'with --tree-nodes: the nodes expanded at each depth, and '
+                       'the children each gets', metavar='K')
   temperature: float = flag(0.0, '0 is greedy')
   top_k: int = flag(0, '0 keeps every token')
   top_p: float = flag(1.0, '1 keeps every token')
@@ -157,6 +173,33 @@ class DecodeConfig:
     return VerificationRule(self.verification, self.draft_threshold, self.threshold_rule,
                             self.lenience)
 
+  @property
+  def token_tree(self) -> Optional[Union[TreeShape, DynamicTree]]:
+    """The tree of --tree (a TreeShape) or --tree-nodes (a DynamicTree); None: a chain.
+
+    Raises:
+      ValueError: a bad --tree string or dynamic tree (one line naming the flags).
+    """
+    if self.tree is not None:
+      return TreeShape.parse(self.tree)
+    if self.tree_nodes is None:
+      return None
+    for name in ('tree_nodes', 'tree_depth', 'tree_top'):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'--{name.replace("_", "-")} must be an integer >= 1, got {value!r}')
+    return DynamicTree(self.tree_nodes, self.tree_depth, self.tree_top)
+
+  def tree_json(self) -> Optional[dict]:
+    """The tree as the summary and the resume fingerprint name it, or None: a chain."""
+    tree = self.token_tree
+    if tree is None:
+      return None
+    if isinstance(tree, DynamicTree):
+      return dict(kind='dynamic', nodes=tree.nodes, depth=tree.depth, top=tree.top)
+    return dict(kind='static', branching=list(tree.branching), nodes=tree.num_nodes,
+                depth=tree.depth_count)
+
   def replace(self, **changes) -> 'DecodeConfig':
     """A copy with some fields changed."""
     return dataclasses.replace(self, **changes)
@@ -166,13 +209,15 @@ class DecodeConfig:
 
     Raises:
       ValueError: a batch size, input length, example count, seed or gamma out of range
-        (gamma above max_decode_len included), or a bad verification rule (one line each).
+        (gamma above max_decode_len included), a bad verification rule, or a tree that is
+        malformed or does not go with the other flags (one line each).
     """
     for name in ('batch_size', 'max_input_len'):
       if getattr(self, name) < 1:
         raise ValueError(f'--{name.replace("_", "-")} must be >= 1, got {getattr(self, name)}')
     if self.max_examples is not None and self.max_examples < 1:
       raise ValueError(f'--max-examples must be >= 1, got {self.max_examples}')
+    self._check_tree()
     if self.gamma != AUTO and (not isinstance(self.gamma, int) or isinstance(self.gamma, bool)
                                or self.gamma < 1):
       raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), got '
@@ -191,3 +236,40 @@ class DecodeConfig:
     if self.max_gamma < 1:
       raise ValueError(f'--max-gamma must be >= 1, got {self.max_gamma}')
     self.rule.checked(self.sampling.greedy)
+
+  def _check_tree(self) -> None:
+    """One-line ValueErrors for a tree that cannot run as asked (see `check`)."""
+    if self.tree is not None and (self.tree_nodes is not None
+                                  or self.tree_depth is not None):
+      raise ValueError('--tree (a static tree) and --tree-nodes/--tree-depth (a dynamic one) '
+                       'exclude each other: pass one of them')
+    if (self.tree_nodes is None) != (self.tree_depth is None):
+      given, missing = (('--tree-nodes', '--tree-depth') if self.tree_depth is None
+                        else ('--tree-depth', '--tree-nodes'))
+      raise ValueError(f'{given} needs {missing}: a dynamic tree takes both, e.g. '
+                       '--tree-nodes 8 --tree-depth 4')
+    tree = self.token_tree
+    if tree is None:
+      if self.tree_top != TREE_TOP:
+        raise ValueError('--tree-top shapes a dynamic tree: pass --tree-nodes and '
+                         '--tree-depth with it, or drop it')
+      return
+    if self.tree is not None and self.tree_top != TREE_TOP:
+      raise ValueError('--tree-top shapes a dynamic tree (--tree-nodes), not --tree: drop it')
+    rules = [f'--verification {self.verification}'] if self.verification != 'token' else []
+    rules += ['--draft-threshold'] if self.draft_threshold > 0 else []
+    if rules:
+      raise ValueError(f'a tree is verified by the exact tree rule: drop '
+                       f'{" and ".join(rules)}, or drop the tree')
+    if self.draft == drafts.COPY or self.draft.startswith(drafts.HYBRID):
+      raise ValueError(f'--draft {self.draft} proposes chains only: trees need a draft model '
+                       'or bigram; pass --draft NAME or --draft bigram, or drop the tree')
+    depth = tree.depth_count
+    if self.gamma != AUTO and self.gamma != depth:
+      raise ValueError(f'--gamma {self.gamma} disagrees with the tree, which drafts {depth} '
+                       f'tokens deep: drop --gamma (a tree\'s gamma is its depth, {depth}), or '
+                       'drop the tree')
+    if depth > self.max_decode_len:
+      raise ValueError(f'the tree is {depth} deep, more than --max-decode-len '
+                       f'{self.max_decode_len}: no output holds that many draft tokens; pass '
+                       'a shallower tree or a longer --max-decode-len')

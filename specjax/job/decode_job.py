@@ -97,26 +97,29 @@ def _tokenized(job: DecodeConfig, examples, digest, prefix, vocab) -> Inputs:
 
 def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
                   fingerprint: Callable[[object], dict]) -> tuple:
-  """(gamma, reason, calibration): the config's gamma, or `--gamma auto`'s choice; a
-  sampled run's is the resumed run's or the cached one of its setting when there is one
-  (`gamma_choice`), and is cached when it is new."""
+  """(gamma, reason, calibration): a tree's depth (never calibrated), the config's
+  gamma, or `--gamma auto`'s choice: the resumed sampled run's, or the one cached for the
+  setting when there is one (`gamma_choice`), else calibrated and cached."""
+  tree = job.token_tree
+  if tree is not None:  # a tree is used as given: its depth is its gamma
+    return tree.depth_count, (None if job.gamma != AUTO else (
+        f'not calibrated: --gamma auto calibrates chains only, so the tree is used as given '
+        f'(gamma {tree.depth_count}, its depth)')), None
   if job.gamma != AUTO:
     return job.gamma, None, None
-  key = None
-  if not job.sampling.greedy:
-    auto = fingerprint(AUTO)
-    resumed = gamma_choice.resumed_gamma(
-        output.stored_fingerprint() if output is not None else None, auto)
-    if resumed is not None:
-      return resumed, (f'gamma {resumed}, the choice of the run that wrote {output.path}, '
-                       'which this run resumes'), None
-    key = gamma_choice.setting_key(auto, job)
-    hit = None if job.recalibrate else gamma_choice.cached(key)
-    if hit:
-      return hit['gamma'], (
-          f'gamma {hit["gamma"]}, as calibrated for this setting on {hit["date"]} and kept '
-          f'in {gamma_choice.cache_file()}, so that reruns sample alike (--gamma N pins '
-          f'one; delete the file to calibrate again): {hit["reason"]}'), hit['calibration']
+  auto = fingerprint(AUTO)
+  resumed = gamma_choice.resumed_gamma(
+      output.stored_fingerprint() if output is not None else None, auto)
+  if resumed is not None:
+    return resumed, (f'gamma {resumed}, the choice of the run that wrote {output.path}, '
+                     'which this run resumes'), None
+  key = gamma_choice.setting_key(auto, job)
+  hit = None if job.recalibrate else gamma_choice.cached(key)
+  if hit:
+    return hit['gamma'], (
+        f'gamma {hit["gamma"]}, as calibrated for this setting on {hit["date"]} and kept '
+        f'in {gamma_choice.cache_file()}, so that reruns write the same file (--gamma N '
+        f'pins one; delete the file to calibrate again): {hit["reason"]}'), hit['calibration']
   target, tp, draft, dp, _ = pair
   # With refill the probe streams at least PROBE_INPUTS inputs, so that a small batch is
   # not timed on a handful of short outputs (noise, not speed, would then pick gamma).
@@ -133,10 +136,9 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
                  'predicted_best': costs['predicted_best'],
                  'predicted_speedup': costs['predicted_speedup'],
                  'measured_speedup': costs['measured_speedup']}
-  if key is not None:
-    kept = gamma_choice.remember(key, gamma, reason, calibration)
-    if kept:
-      reason += f'; kept in {kept} for reruns of this setting'
+  kept = gamma_choice.remember(key, gamma, reason, calibration)
+  if kept:
+    reason += f'; kept in {kept} for reruns of this setting'
   return gamma, reason, calibration
 
 
@@ -169,10 +171,9 @@ def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
   target, tp, draft, dp, vocab = pair
   job.sampling.validate(target.vocab_size)
   inputs = _tokenized(job, examples, digest, prefix, vocab)
-  memory_check.check_fits(
-      target, draft, job.batch_size, inputs.ids.shape[1],
-      job.max_decode_len, job.auto_gammas if job.gamma == AUTO else job.gamma, mesh,
-      f'--gamma auto (up to gamma {job.auto_gammas})' if job.gamma == AUTO else None)
+  block, block_flag = _block(job)
+  memory_check.check_fits(target, draft, job.batch_size, inputs.ids.shape[1],
+                          job.max_decode_len, block, mesh, block_flag)
   fingerprint = lambda g: run_fingerprint(job, target, tp, draft, dp, digest, prefix, vocab,
                                           g)
   gamma, gamma_reason, calibration = _choose_gamma(job, pair, inputs, mesh, output,
@@ -180,8 +181,10 @@ def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
   skip = output.begin(fingerprint(gamma), examples) if output is not None else 0
   totals, identical, widths = _decode(job, gamma, pair, inputs, mesh, skip, output,
                                       on_record)
+  tree = job.tree_json()
   return dict(
       target=job.target, draft=job.draft, gamma=gamma, **rule_kwargs(job),
+      **(dict(tree=tree, **totals.tree_summary()) if tree else {}),
       temperature=job.temperature, top_k=job.top_k, top_p=job.top_p,
       batch_size=job.batch_size, num_examples=len(examples), resumed=skip,
       **totals.summary(job.compare),
@@ -191,6 +194,18 @@ def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
       gamma_reason=gamma_reason, gamma_calibration=calibration,
       backend=jax.default_backend(), devices=jax.device_count(),
       mesh=dict(mesh.shape) if mesh is not None else None)
+
+
+def _block(job: DecodeConfig) -> tuple:
+  """(draft tokens a call verifies at most, the flag that sets them or None) for the
+  memory check: a tree's N nodes, gamma, or --gamma auto's largest."""
+  tree = job.token_tree
+  if tree is not None:
+    return tree.num_nodes, (f'--tree {job.tree}' if job.tree else
+                            f'--tree-nodes {tree.num_nodes}')
+  if job.gamma == AUTO:
+    return job.auto_gammas, f'--gamma auto (up to gamma {job.auto_gammas})'
+  return job.gamma, None
 
 
 def _decode(job: DecodeConfig, gamma: int, pair, inputs: Inputs, mesh, skip: int,
@@ -260,7 +275,7 @@ def _decoders(job: DecodeConfig, gamma: int, target, tp, draft, dp, mesh):
     return alone, alone
   return (lambda x, num, ids: api.speculative_decode(target, tp, draft, dp, x, gamma=gamma,
                                                      num_inputs=num, row_ids=ids, **kw,
-                                                     **rule_kwargs(job)),
+                                                     tree=job.token_tree, **rule_kwargs(job)),
           alone)
 
 

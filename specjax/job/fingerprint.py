@@ -39,13 +39,15 @@ def run_fingerprint(job, target, tp, draft, dp, input_sha256: str, prefix: str, 
   """Everything that changes an output of `job` (a DecodeConfig), as a flat JSON-able dict.
 
   Gamma (the one the run decodes with, `--gamma auto`'s choice: `gamma`, default
-  `job.gamma`), the seed and the
-  verification rule count only when sampling (greedy outputs do not depend on them);
+  `job.gamma`), the seed, the verification rule and the token tree count only when
+  sampling (greedy outputs do not depend on them; 'tree' is there only for a sampled tree
+  decode, so that a chain's fingerprint is as before);
   batch size, refill, padding and the mesh change no output and do not count.
   """
   sampled = not job.sampling.greedy
   gamma = job.gamma if gamma is None else gamma
   rule = job.rule
+  tree = job.tree_json()
   return {
       'target': _model(job.target, job.target_checkpoint, target, tp),
       'draft': _model(job.draft, job.draft_checkpoint, draft, dp),
@@ -59,4 +61,5 @@ def run_fingerprint(job, target, tp, draft, dp, input_sha256: str, prefix: str, 
                         rule.lenience] if sampled else None),
       'max_decode_len': job.max_decode_len,
       'dtypes': [job.dtype, job.param_dtype],
+      **({'tree': tree} if tree and sampled else {}),
   }

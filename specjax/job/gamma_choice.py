@@ -1,4 +1,4 @@
-"""`--gamma auto` made reproducible for sampled runs.
+"""`--gamma auto` made reproducible: a rerun of a command writes the same file.
 
 A sampled output depends on gamma (each iteration draws its own randomness), and
 calibration times the machine, so two runs of one command could pick two gammas and write
@@ -11,7 +11,8 @@ two outputs. Here a sampled run's choice is a function of its setting:
   its seed, and the batch, refill, padding, mesh and devices; later runs of that setting
   reuse it, so a rerun of the same command writes the same file.
 
-Greedy runs calibrate every time: their output does not depend on gamma.
+Greedy runs are cached alike: their predictions do not depend on gamma, but each record's
+counters (target calls, accepted drafts) do.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def cache_file() -> str:
 
 
 def setting_key(fingerprint: dict, job) -> str:
-  """sha256 of what a sampled run's gamma choice depends on: the fingerprint without the
+  """sha256 of what a run's gamma choice depends on: the fingerprint without the
   seed and gamma, the batch, refill, padding and mesh, and the devices it runs on."""
   devices = jax.devices()
   setting = {k: v for k, v in fingerprint.items() if k != 'seed and gamma'}

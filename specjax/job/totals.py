@@ -7,6 +7,7 @@ serves every row of a batch) are reported beside the per-row ones.
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Optional
 
 import numpy as np
@@ -31,6 +32,9 @@ class Totals:
   base_seconds: float = 0.0
   base_tokens: int = 0
   decoded: int = 0
+  # [G]: accepted_per_position summed over rows and calls; named apart, so that only
+  # `tree_summary` reduces it (a chain's summary is as before)
+  reached: Optional[np.ndarray] = None
 
   def add(self, stats, iterations, seconds: float) -> None:
     """Adds one decode call: stats of its real rows (numpy), its loop iterations."""
@@ -43,6 +47,8 @@ class Totals:
     self.beta_sum += float(stats.beta_sum.sum())
     self.beta_count += int(stats.beta_count.sum())
     self.decoded += len(stats.generated)
+    reached = np.sum(np.asarray(stats.accepted_per_position), axis=0)
+    self.reached = reached if self.reached is None else self.reached + reached
 
   def add_baseline(self, lengths, seconds: float) -> None:
     """Adds the target alone's decode of the same rows."""
@@ -68,6 +74,16 @@ class Totals:
         baseline_tokens_per_second=(self.base_tokens / self.base_seconds
                                     if compare and self.base_seconds > 0 else None),
         speedup=speedup, decoded=self.decoded)
+
+  def tree_summary(self) -> dict:
+    """What a tree decode adds to the summary (`decode_figures`): nodes_per_call, the
+    nodes the target verified per per-row call (drafted / target_calls), and
+    accepted_depths, the share of calls whose accepted path was 0 .. D nodes deep."""
+    counters = dict(dataclasses.asdict(self), accepted_per_position=(
+        self.reached if self.reached is not None else np.zeros(0, np.int64)))
+    f = decode_figures(types.SimpleNamespace(**counters))
+    return dict(nodes_per_call=float(f.drafted_per_call),
+                accepted_depths=[float(x) for x in f.accepted_depths])
 
 
 def nonfinite_error(stats, examples, first_index: int) -> Optional[str]:

@@ -2,7 +2,8 @@
 
 Compiles, for compile-only TPU v4 (libtpu, no TPU; `--cpu` uses this machine's CPU
 instead, as the `--quick` path does where libtpu is absent), every program of
-`programs.measure_pair` over the grid below, the excess-traffic steps of `traffic`, and
+`programs.measure_pair` over the grid below and the token trees of `programs.measure_trees`
+(`Grid.trees`), the excess-traffic steps of `traffic`, and
 real T5X's decode step where T5X imports; keeps every row in X.partial.json as it is
 measured (`--resume` continues an interrupted run) and, when the grid is done, renders the
 report (`report.render`) to `--output` (default specjax_reports/tpu_speed.md, see
@@ -53,6 +54,23 @@ class Setting:
 
 
 @dataclasses.dataclass(frozen=True)
+class Trees:
+  """The token-tree programs of one pair (`programs.measure_trees`: greedy, one chip).
+
+  Attributes:
+    target: the target's registry name.
+    draft: the draft's.
+    batches: the B planned.
+    shapes: the static trees, children per depth (one per node count N).
+  """
+
+  target: str
+  draft: str
+  batches: Tuple[int, ...]
+  shapes: Tuple[Tuple[int, ...], ...] = programs.TREE_SHAPES
+
+
+@dataclasses.dataclass(frozen=True)
 class Grid:
   """What one run compiles.
 
@@ -62,6 +80,7 @@ class Grid:
     traffic: (model, K, B) decode steps of the excess-traffic table.
     peers: (model, B, S) T5X decode steps (one chip).
     tasks: task -> S of its predictions (batch 1, one chip).
+    trees: the token-tree programs (at the first task's S).
   """
 
   pairs: Tuple[Tuple[str, Tuple[str, ...], Tuple[Setting, ...]], ...]
@@ -69,6 +88,7 @@ class Grid:
   traffic: Tuple[Tuple[str, int, int], ...]
   peers: Tuple[Tuple[str, int, int], ...]
   tasks: Tuple[Tuple[str, int], ...]
+  trees: Tuple[Trees, ...] = ()
 
   def settings(self, target: str) -> Tuple[Setting, ...]:
     """The settings planned for a target."""
@@ -89,10 +109,12 @@ FULL = Grid(
     max_decode_len=128, traffic=_STEPS,
     peers=(('t5_xxl', 1, 128), ('t5_xxl', 8, 128), ('t5_xxl', 32, 128),
            ('t5_1_0_11b', 1, 128), ('t5_small', 1, 128)),
-    tasks=(('ende', 128), ('cnndm', 128)))
+    tasks=(('ende', 128), ('cnndm', 128)),
+    trees=(Trees('t5_xxl', 't5_small', (1, 8)),))
 QUICK = Grid(pairs=(('t5_tiny', ('t5_tiny_draft',), (Setting(1, 1, 8),)),),
              max_decode_len=8, traffic=(('t5_tiny', 1, 1), ('t5_tiny', 8, 1)),
-             peers=(('t5_tiny', 1, 8),), tasks=(('ende', 8), ('cnndm', 8)))
+             peers=(('t5_tiny', 1, 8),), tasks=(('ende', 8), ('cnndm', 8)),
+             trees=(Trees('t5_tiny', 't5_tiny_draft', (1,), ((2, 1, 1, 1),)),))
 
 
 class Backend:
@@ -133,6 +155,9 @@ def prepare_tpu() -> None:
     os.environ['LIBTPU_INIT_ARGS'] = (flags + ' ' + TPU_FLAGS).strip()
 
 
+RECOMPILED = 'recompiled'  # the Store's kind of rows compiled again (see Store.recompiled)
+
+
 class Store:
   """The rows of a run, written to X.partial.json after each one (resumable); `finish`
   replaces X.json with them."""
@@ -143,7 +168,7 @@ class Store:
     self.data = {'programs': [], 'traffic': [], 'peers': []}
     old = reports.read_rows(path) if resume else None
     if old:
-      self.data.update({k: v for k, v in old.items() if k in self.data})
+      self.data.update({k: v for k, v in old.items() if k in self.data or k == RECOMPILED})
 
   def merge(self, path: str) -> None:
     """Adds the rows of another run's .json (a run of other --targets or --chips)."""
@@ -156,11 +181,17 @@ class Store:
     return programs.rows_by_key(programs.ProgramRow.from_json(r)
                                 for r in self.data['programs'] + self.data['peers'])
 
+  def recompiled(self) -> Dict[tuple, programs.ProgramRow]:
+    """Programs of the grid compiled again beside rows added later (the chain beside the
+    token trees: `scripts/tpu_tree_speed.py --check`), by key; not in `programs`."""
+    return programs.rows_by_key(programs.ProgramRow.from_json(r)
+                                for r in self.data.get(RECOMPILED, []))
+
   def traffic(self) -> List[traffic.StepTraffic]:
     return [traffic.StepTraffic.from_json(r) for r in self.data['traffic']]
 
   def add(self, kind: str, row) -> None:
-    self.data[kind].append(row.to_json())
+    self.data.setdefault(kind, []).append(row.to_json())
     reports.write_json(self.partial, self.data)
 
   def finish(self, summary: dict, run: dict) -> None:
@@ -201,6 +232,7 @@ def run_grid(grid: Grid, backend: Backend, store: Store,
               greedy=greedy, done=done, on_row=on_row)
           done.update(r.key for r in rows)
           jax.clear_caches()  # compiled XXL programs add up to gigabytes of host memory
+  run_trees(grid, backend, store, targets, chips, done)
   if targets or chips:
     return
   cache_len = LoopConfig(gamma=max(programs.ITERATION_GAMMAS),
@@ -229,6 +261,33 @@ def run_grid(grid: Grid, backend: Backend, store: Store,
     _log(f'{backend.name} T5X step {model} B={batch} S={input_len}: {row.bytes / 1e9:.3f} GB '
          f'{row.flops / 1e9:.2f} GFLOP')
     jax.clear_caches()
+
+
+def run_trees(grid: Grid, backend: Backend, store: Store,
+              targets: Optional[Sequence[str]] = None, chips: Optional[int] = None,
+              done: Optional[set] = None) -> None:
+  """Measures the token-tree programs of the grid (one chip, greedy) not yet in the store
+  (of `targets` only, and none where `chips` is not 1)."""
+  if chips and chips != 1:
+    return
+  done = set(store.programs()) if done is None else done
+  mesh = backend.mesh(1)
+  s = grid.tasks[0][1]
+  for trees in grid.trees:
+    if targets and trees.target not in targets:
+      continue
+    for batch in trees.batches:
+      def on_row(row):
+        store.add('programs', row)
+        _log(f'{backend.name} 1x1 B={row.batch} S={row.input_len} greedy {row.model} '
+             f'{row.program} N={row.tokens}: {row.bytes / 1e9:.3f} GB '
+             f'{row.flops / 1e9:.2f} GFLOP ({row.compile_seconds:.0f} s)')
+      rows = programs.measure_trees(
+          T5_CONFIGS[trees.target], T5_CONFIGS[trees.draft], batch=batch, input_len=s,
+          max_decode_len=grid.max_decode_len, mesh=mesh, shapes=trees.shapes, done=done,
+          on_row=on_row)
+      done.update(r.key for r in rows)
+      jax.clear_caches()
 
 
 def _versions(backend: Backend) -> str:
@@ -283,7 +342,8 @@ def main(args, argv: Sequence[str]) -> int:
       seconds=sum(r['compile_seconds'] for kind in ('programs', 'traffic', 'peers')
                   for r in store.data[kind]),
       before_path=args.before if before else '')
-  text, summary = report.render(context, store.programs(), store.traffic(), before)
+  text, summary = report.render(context, store.programs(), store.traffic(), before,
+                                store.recompiled())
   reports.write_text(output, text)
   store.finish(summary, {'tpu': not cpu, 'quick': bool(args.quick)})
   _log(f'wrote {output} and {rows_path} ({time.perf_counter() - start:.0f} s)')

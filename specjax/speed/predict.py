@@ -23,6 +23,9 @@ from specjax.speed.programs import ITERATION_GAMMAS, ProgramRow
 from specjax.speed.roofline import Cost, Device
 
 GAMMAS = tuple(range(1, 9))
+# E, tokens per target call, at which a tree's speedup is predicted (what a tree reaches on
+# a task is measured by the decode's own tokens_per_call).
+TREE_TOKENS_PER_CALL = (2.5, 3.0, 3.5, 4.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,3 +186,100 @@ def break_even(prediction: Prediction, alpha: float,
   """The best gamma if speculation pays at alpha (speedup > 1), else None."""
   best = prediction.best_gamma(alpha, gammas)
   return best if prediction.speedup(alpha, best) > 1.0 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class TreePrediction:
+  """A static token tree of N nodes beside the chain, on one device, at one (B, S, L, mesh).
+
+  The tree's iteration is the draft growing it (its D calls), the target's ONE verify of
+  the N + 1 tokens, and the loop's own work (the tree rule, the accepted path moved into
+  place in both caches, the commit). With E tokens per target call, the speedup over the
+  target alone is S = E / (d + v), the paper's E / (G c + v) with G c replaced by
+  d = t(the draft's calls of one tree) / t(target step) and v = t(tree verify) / t(one-token
+  verify); the chain's at gamma G by the same formula takes d = (t(first) + (G - 1)
+  t(step_q)) / t(target step) and v = v(G + 1). `speedup_with_loop` divides by the whole
+  compiled iteration instead (the tree's: no loop inside it, every call counted).
+
+  Attributes:
+    nodes: N.
+    verify: the target's tree verify of N + 1 tokens.
+    draft: the draft's calls that grow the tree (one iteration).
+    iteration: one whole tree iteration, or None where it was not compiled.
+    chain: the chain pair's prediction at the same setting (its target step, one-token
+      verify, draft step and first call, verify of K = 1..9, target alone).
+  """
+
+  nodes: int
+  verify: Cost
+  draft: Cost
+  iteration: Optional[Cost]
+  chain: Prediction
+
+  @classmethod
+  def from_rows(cls, rows: Mapping[tuple, ProgramRow], chain: Prediction, target: str,
+                draft: str, nodes: int, batch: int, input_len: int, max_decode_len: int,
+                mesh: Tuple[int, int]) -> Optional['TreePrediction']:
+    """The tree of N nodes out of `rows` (keyed by `ProgramRow.key`), or None where its
+    verify or its draft calls were not measured."""
+    get = lambda model, program: rows.get((model, program, nodes, batch, input_len,
+                                           max_decode_len, tuple(mesh), True))
+    verify, grow = get(target, 'tree_verify'), get(draft, 'tree_draft')
+    if verify is None or grow is None:
+      return None
+    it = get(f'{target}+{draft}', 'tree_iteration')
+    return cls(nodes, verify.cost, grow.cost, None if it is None else it.cost, chain)
+
+  def _step_units(self, cost: Cost) -> float:
+    return self.chain.seconds(cost) / self.chain.seconds(self.chain.costs.target_step)
+
+  @property
+  def v(self) -> float:
+    """The tree verify over the one-token verify (the chain's v(K) at K = N + 1)."""
+    return self.chain.seconds(self.verify) / self.chain.seconds(self.chain.costs.verify[1])
+
+  @property
+  def d(self) -> float:
+    """The draft's calls of one tree over the target's step (the chain's G c)."""
+    return self._step_units(self.draft)
+
+  def speedup(self, tokens_per_call: float) -> float:
+    """S = E / (d + v) at E tokens per target call."""
+    return tokens_per_call / (self.d + self.v)
+
+  @property
+  def loop_share(self) -> Optional[float]:
+    """What the compiled iteration costs beyond its draft calls and its verify, as a share
+    of its time (0 where XLA shares reads between them); None without the iteration."""
+    if self.iteration is None:
+      return None
+    parts = self.chain.seconds(self.draft) + self.chain.seconds(self.verify)
+    whole = self.chain.seconds(self.iteration)
+    return max(whole - parts, 0.0) / max(whole, parts)
+
+  def speedup_with_loop(self, tokens_per_call: float) -> Optional[float]:
+    """E t(target alone) / t(tree iteration): over the target alone in the same loop, the
+    loop's own work included; None without the iteration."""
+    if self.iteration is None:
+      return None
+    return tokens_per_call * self.chain.alone_seconds / self.chain.seconds(self.iteration)
+
+
+def chain_draft_units(chain: Prediction, gamma: int) -> float:
+  """The chain's draft calls of one iteration over the target's step: (t(first) + (G - 1)
+  t(step_q)) / t(target step), the G c of S = E / (G c + v)."""
+  c = chain.costs
+  return (chain.seconds(c.draft_first) + (gamma - 1) * chain.seconds(c.draft_step)) / (
+      chain.seconds(c.target_step))
+
+
+def chain_speedup(chain: Prediction, gamma: int, tokens_per_call: float) -> float:
+  """S = E / (G c + v(G + 1)) of the chain at gamma G (the tree's formula)."""
+  return tokens_per_call / (chain_draft_units(chain, gamma) + chain.v(gamma + 1))
+
+
+def chain_best(chain: Prediction, alpha: float,
+               gammas: Sequence[int] = GAMMAS) -> Tuple[int, float]:
+  """(gamma, S) of the chain's best S = E(alpha, G) / (G c + v(G + 1)) over gammas."""
+  return max(((g, chain_speedup(chain, g, theory.expected_tokens_per_call(alpha, g)))
+              for g in gammas), key=lambda x: x[1])

@@ -1,5 +1,6 @@
 """docs/tpu_speed.md: the speed plan rendered (method, excess traffic, T5X beside ours, the
-paper's table predicted beside measured, v(K), gamma, batch 8 and 32, what it leaves out).
+paper's table predicted beside measured, v(K), gamma, batch 8 and 32, token trees, what it
+leaves out).
 
 `render` returns the markdown and a summary dict (the predictions as numbers, also written
 to the .json); the tables of predictions are built in `report_tables`.
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5_CONFIGS
 from specjax.speed import report_tables as tables
+from specjax.speed import tree_tables
 from specjax.speed import paper, roofline, t5x_peer, traffic
 from specjax.speed.programs import ProgramRow, cast_floats
 from specjax.speed.roofline import V4_CHIP
@@ -245,7 +247,9 @@ def _peer_section(ctx: Context, rows: Mapping[tuple, ProgramRow]) -> str:
 
 def render(ctx: Context, rows: Mapping[tuple, ProgramRow],
            steps: Sequence[traffic.StepTraffic],
-           before: Sequence[traffic.StepTraffic]) -> Tuple[str, Dict[str, Any]]:
+           before: Sequence[traffic.StepTraffic],
+           recompiled: Optional[Mapping[tuple, ProgramRow]] = None
+           ) -> Tuple[str, Dict[str, Any]]:
   """The markdown of docs/tpu_speed.md and the summary of its predictions.
 
   Args:
@@ -253,12 +257,16 @@ def render(ctx: Context, rows: Mapping[tuple, ProgramRow],
     rows: the programs' rows by `ProgramRow.key` (T5X's included).
     steps: the excess-traffic rows.
     before: the same rows of the previous code (may be empty).
+    recompiled: the target's chain calls compiled again beside token-tree rows added to
+      an earlier run (section 8 compares the trees with these), by key; may be None.
   """
   grid = ctx.grid
   summary: Dict[str, Any] = {}
   grid_text = '; '.join(
-      f'{t}: ' + ', '.join(f'{"1 chip" if s.chips == 1 else "v4-8"} B={s.batch}'
-                           for s in settings) for t, _, settings in grid.pairs)
+      [f'{t}: ' + ', '.join(f'{"1 chip" if s.chips == 1 else "v4-8"} B={s.batch}'
+                            for s in settings) for t, _, settings in grid.pairs] +
+      [f'token trees {t.target} + {t.draft}: ' + ', '.join(f'1 chip B={b}' for b in t.batches)
+       for t in grid.trees])
   backend = ('compile-only TPU v4 (libtpu)' if ctx.backend == 'tpu' else
              'this machine\'s CPU (XLA:CPU cost analysis, timed with TPU v4 figures: '
              'a check of the arithmetic, not a TPU prediction)')
@@ -284,6 +292,7 @@ def render(ctx: Context, rows: Mapping[tuple, ProgramRow],
       tables.costs_section(grid, rows, summary),
       tables.gamma_section(grid, rows, summary),
       tables.batch_section(grid, rows, summary),
+      tree_tables.tree_section(grid, rows, summary, recompiled or {}),
       _LEAVES_OUT,
       _MEASURED]
-  return '\n'.join(p.rstrip('\n') + '\n' for p in parts), summary
+  return '\n'.join(p.rstrip('\n') + '\n' for p in parts if p), summary

@@ -1,5 +1,5 @@
 """The prediction tables of docs/tpu_speed.md: the paper's Table 2 predicted beside
-measured, v(K) and c, the speedup over gamma 1..8, and batch 8 and 32."""
+measured, v(K) and c, the speedup over gamma 1..8, batch 8 and 32, and token trees."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -129,7 +129,7 @@ def costs_section(grid, rows: Mapping[tuple, ProgramRow], summary: Dict[str, Any
   return '\n'.join(lines) + '\n'
 
 
-def _alphas(draft_index: int) -> List[Tuple[str, float, float]]:
+def paper_alphas(draft_index: int) -> List[Tuple[str, float, float]]:
   """(task, temperature, alpha) of the paper's cells of one draft size."""
   name = paper.DRAFTS[min(draft_index, len(paper.DRAFTS) - 1)]
   return [(c.task, c.temperature, c.alpha) for c in paper.TABLE2 if c.draft == name]
@@ -144,7 +144,7 @@ def gamma_section(grid, rows: Mapping[tuple, ProgramRow], summary: Dict[str, Any
     lines += [f'| {target} | task | T | alpha | ' + ' | '.join(f'G={g}' for g in GAMMAS) +
               ' |', '|' + '---|' * (4 + len(GAMMAS))]
     for i, draft in enumerate(drafts):
-      for task, temperature, alpha in _alphas(i):
+      for task, temperature, alpha in paper_alphas(i):
         p = prediction(grid, rows, target, draft, 1, _input_len(grid, task), (1, 1),
                        temperature == 0)
         if p is None:
@@ -173,7 +173,7 @@ def batch_section(grid, rows: Mapping[tuple, ProgramRow], summary: Dict[str, Any
   out = []
   for target, drafts, _ in grid.pairs:
     header = [f'{d} a={a:.2f} T={t:g}' for i, d in enumerate(drafts)
-              for task, t, a in _alphas(i) if task == 'ende']
+              for task, t, a in paper_alphas(i) if task == 'ende']
     lines += [f'### {target}', '', '| mesh | B | v(2) | v(5) | v(9) | ' +
               ' | '.join(header) + ' |', '|' + '---|' * (5 + len(header))]
     for setting in grid.settings(target):
@@ -195,9 +195,9 @@ def batch_section(grid, rows: Mapping[tuple, ProgramRow], summary: Dict[str, Any
       cells = []
       for i, draft in enumerate(drafts):
         if setting.drafts and draft not in setting.drafts:
-          cells += ['' for task, _, _ in _alphas(i) if task == 'ende']
+          cells += ['' for task, _, _ in paper_alphas(i) if task == 'ende']
           continue
-        for task, temperature, alpha in _alphas(i):
+        for task, temperature, alpha in paper_alphas(i):
           if task != 'ende':
             continue
           greedy = temperature == 0 or False not in setting.modes

@@ -122,8 +122,8 @@ def predict(target, target_params: PyTree, draft, draft_params: PyTree, inputs: 
     sampling: from `sampling_from_t5x` (scalars or [B * N] leaves); None is greedy.
     rng: a PRNG key (PRNGKey(0) when None); row r draws from fold_in(rng, r).
     eos_id: the end-of-sequence id (static).
-    **rule: verification, draft_threshold, threshold_rule, lenience (as
-      `specjax.speculative_decode`).
+    **rule: verification, draft_threshold, threshold_rule, lenience, tree (as
+      `specjax.speculative_decode`; with a tree, gamma is its depth).
 
   Returns:
     A Prediction.

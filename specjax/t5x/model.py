@@ -24,6 +24,7 @@ from t5x import decoding as t5x_decoding
 from t5x import models
 
 from specjax import checkpoints
+from specjax.core import api
 from specjax.core.rule import VerificationRule
 from specjax.models.t5 import T5
 from specjax.t5x import decode_settings, decoding, restore, run_stats
@@ -106,6 +107,9 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     verification, draft_threshold, threshold_rule, lenience: the verification rule, the
       fields of `python -m specjax.decode`'s config of the same names
       (`specjax.core.rule.VerificationRule`).
+    tree: a token tree verified in one target call instead of a chain of gamma drafts:
+      children per depth ('4,2,2,1', as `--tree`), or a `specjax.core.tree.DynamicTree`;
+      gamma is then the tree's depth. None: a chain.
     t5x_rounding: compute in bfloat16 as T5X's network does (rounding its norms, position
       bias and attention where T5X does; docs/bfloat16.md); float32 is unaffected.
   """
@@ -119,7 +123,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                topk: Optional[int] = None, topp: Optional[float] = None,
                max_decode_steps: Optional[int] = None, verification: str = 'token',
                draft_threshold: float = 0.0, threshold_rule: str = 'token',
-               lenience: float = 1.0, t5x_rounding: bool = True):
+               lenience: float = 1.0, tree=None, t5x_rounding: bool = True):
     super().__init__(module, input_vocabulary, output_vocabulary, optimizer_def,
                      decode_fn=decode_fn, feature_converter_cls=feature_converter_cls,
                      label_smoothing=label_smoothing, z_loss=z_loss,
@@ -137,6 +141,14 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                                    lenience).checked(greedy=False)
     except ValueError as e:
       raise ValueError(f'speculative.from_model: {e}') from None
+    try:
+      self.tree = api.tree_shape(tree)
+    except ValueError as e:
+      raise ValueError(f'speculative.from_model.tree: {e}') from None
+    if self.tree is not None and (self.rule.verification != 'token' or
+                                  self.rule.draft_threshold > 0.0):
+      raise ValueError('speculative.from_model.tree: a tree is verified by the tree rule; '
+                       'leave verification and draft_threshold unbound, or drop the tree')
     settings = decode_settings.sampling_settings(decode_fn)
     given = dict(temperature=temperature, topk=topk, topp=topp,
                  max_decode_steps=max_decode_steps)
@@ -256,7 +268,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
         target, target_params, draft, draft_params, batch['encoder_input_tokens'],
         max_decode_len=steps, gamma=self.gamma, num_decodes=num_decodes,
         sampling=decoding.sampling_from_t5x(num_decodes=num_decodes, **knobs),
-        rng=decode_rng, eos_id=int(eos_id), **dataclasses.asdict(self.rule))
+        rng=decode_rng, eos_id=int(eos_id), tree=self.tree, **dataclasses.asdict(self.rule))
     decodes = jnp.pad(prediction.decodes, ((0, 0), (0, 0), (0, length - steps)))  # [B, N, L]
     jax.debug.callback(self.run_stats.add, prediction.totals)  # logged, and written
     aux = dict(prediction.aux)
@@ -272,7 +284,7 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
                temperature: Optional[float] = None, topk: Optional[int] = None,
                topp: Optional[float] = None, max_decode_steps: Optional[int] = None,
                verification: str = 'token', draft_threshold: float = 0.0,
-               threshold_rule: str = 'token', lenience: float = 1.0,
+               threshold_rule: str = 'token', lenience: float = 1.0, tree=None,
                t5x_rounding: bool = True) -> SpeculativeEncoderDecoderModel:
   """The speculative version of a configured EncoderDecoderModel: the same module,
   vocabularies, optimizer, losses, feature converter and default decoder params (what
@@ -281,7 +293,7 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
   Args:
     model: the target's EncoderDecoderModel, as its gin file builds it.
     draft_module, draft_checkpoint_path, gamma, temperature, topk, topp,
-      max_decode_steps, verification, draft_threshold, threshold_rule, lenience,
+      max_decode_steps, verification, draft_threshold, threshold_rule, lenience, tree,
       t5x_rounding: as
       SpeculativeEncoderDecoderModel (None: the model's own temperature_sample setting).
 
@@ -300,4 +312,4 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
       temperature=temperature, topk=topk, topp=topp, max_decode_steps=max_decode_steps,
       verification=verification,
       draft_threshold=draft_threshold, threshold_rule=threshold_rule, lenience=lenience,
-      t5x_rounding=t5x_rounding)
+      tree=tree, t5x_rounding=t5x_rounding)

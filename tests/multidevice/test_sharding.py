@@ -27,19 +27,6 @@ SAMPLED = specjax.SamplingConfig(temperature=1.0)
 
 
 @pytest.fixture(scope='module')
-def pair_and_inputs():
-  assert jax.device_count() == 8
-  target, draft = T5(t5_tiny), T5(t5_tiny_draft)
-  tp, dp = target.init(jax.random.PRNGKey(1)), draft.init(jax.random.PRNGKey(2))
-  tp['decoder']['logits_dense']['kernel'] = tp['decoder']['logits_dense']['kernel'].at[
-      :, 1].add(0.9)  # rows stop at different steps
-  inputs = np.random.default_rng(0).integers(2, 32, (16, 6)).astype(np.int32)
-  inputs[:, 4:] = 0
-  inputs[1, 2:] = 0  # rows of different lengths
-  return target, tp, draft, dp, inputs
-
-
-@pytest.fixture(scope='module')
 def references(pair_and_inputs):
   """Each input decoded unsharded in one fixed batch of 8, greedy and sampled."""
   target, tp, draft, dp, inputs = pair_and_inputs

@@ -204,6 +204,31 @@ def test_the_verification_rule_reaches_the_decode(model_and_params):
   np.testing.assert_array_equal(np.asarray(block), np.asarray(ref.decodes[:, -1]))
   assert not np.array_equal(np.asarray(block), np.asarray(token))
   for rule, match in ((dict(lenience=2.0), 'lenience must be in'),
-                      (dict(verification='tree'), 'verification must be one of')):
+                      (dict(verification='tree'), 'verification must be one of'),
+                      (dict(tree='2,0'), 'speculative.from_model.tree: --tree takes'),
+                      (dict(tree='2,2', verification='block'), 'tree rule')):
     with pytest.raises(ValueError, match=match):
       build(**rule)
+
+
+def test_a_token_tree_reaches_the_decode(model_and_params):
+  """speculative.from_model.tree: the model's greedy predictions with a tree are the
+  target's own (T5X's params), and its sampled ones are the tree decode's."""
+  from specjax.t5x import decoding  # pylint: disable=import-outside-toplevel
+  from specjax.t5x import model as speculative  # pylint: disable=import-outside-toplevel
+  _, params = model_and_params
+  batch, rng = tiny_t5x.batch(B, S, L), jax.random.PRNGKey(3)
+  build = lambda temperature, **kw: speculative.SpeculativeEncoderDecoderModel(
+      tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_module=tiny_t5x.DRAFT,
+      gamma=3, temperature=temperature, topk=0, **kw)
+  greedy, _ = build(0.0, tree='2,2,1').predict_batch_with_aux(params, batch, rng=rng)
+  chain, _ = build(0.0).predict_batch_with_aux(params, batch, rng=rng)
+  np.testing.assert_array_equal(np.asarray(greedy), np.asarray(chain))
+  sampled, _ = build(1.0, tree='2,2,1').predict_batch_with_aux(params, batch, rng=rng)
+  target, draft = build(1.0).specjax_models(params)
+  target_params, draft_params = decoding.split_params(params, 'draft')
+  ref = decoding.predict(target, target_params, draft, draft_params,
+                         batch['encoder_input_tokens'], max_decode_len=L, gamma=3,
+                         sampling=decoding.sampling_from_t5x(temperature=1.0), rng=rng,
+                         tree='2,2,1')
+  np.testing.assert_array_equal(np.asarray(sampled), np.asarray(ref.decodes[:, -1]))

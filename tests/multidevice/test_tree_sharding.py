@@ -1,0 +1,83 @@
+"""Token trees on 8 simulated CPU devices: a static and a dynamic tree decode of the tiny T5
+pair on ('data', 'model') meshes, with refill, equal the unsharded tree decode, greedy and
+sampled (the same run key), token for token and counter for counter; and the command line's
+--tree on a mesh writes the single-device output file."""
+import json
+import os
+
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                           ' --xla_force_host_platform_device_count=8')
+
+import jax  # pylint: disable=wrong-import-position
+import numpy as np
+import pytest
+
+import specjax
+from specjax import decode
+from specjax.core.tree import DynamicTree
+from specjax.models.t5 import T5
+from specjax.models.t5_config import t5_tiny, t5_tiny_draft
+from specjax.parallel import mesh as mesh_lib
+
+MAX_LEN = 12
+RNG = jax.random.PRNGKey(5)
+TREES = {'static2-2-1': '2,2,1', 'dynamic6-3-2': DynamicTree(6, 3, 2)}
+
+
+def _kw(name, temperature):
+  return dict(tree=TREES[name], max_decode_len=MAX_LEN, rng=RNG,
+              sampling=specjax.SamplingConfig(temperature=temperature))
+
+
+@pytest.fixture(scope='module')
+def references(pair_and_inputs):
+  """Each tree's unsharded decode of the 16 inputs in one fixed batch, greedy and sampled."""
+  target, tp, draft, dp, inputs = pair_and_inputs
+  return {(name, t): specjax.speculative_decode(target, tp, draft, dp, inputs, **_kw(name, t))
+          for name in TREES for t in (0.0, 1.0)}
+
+
+@pytest.mark.parametrize('temperature', [0.0, 1.0], ids=['greedy', 'sampled'])
+@pytest.mark.parametrize('name, shape', [('static2-2-1', (2, 4)), ('dynamic6-3-2', (4, 2))],
+                         ids=['static2-2-1-mesh2x4', 'dynamic6-3-2-mesh4x2'])
+def test_tree_decode_on_a_mesh_with_refill_equals_unsharded(pair_and_inputs, references,
+                                                            name, temperature, shape):
+  target, tp, draft, dp, inputs = pair_and_inputs
+  ref = references[(name, temperature)]
+  out = specjax.speculative_decode(target, tp, draft, dp, inputs, slots=8,
+                                   mesh=mesh_lib.make_mesh(shape=shape),
+                                   **_kw(name, temperature))
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_array_equal(out.lengths, ref.lengths)
+  for counter in ('target_calls', 'drafted', 'accepted', 'accepted_per_position'):
+    np.testing.assert_array_equal(getattr(out.stats, counter), getattr(ref.stats, counter))
+  np.testing.assert_allclose(out.stats.beta_sum, ref.stats.beta_sum, rtol=1e-5)
+  assert out.tokens.sharding.is_fully_replicated
+  assert len(set(np.asarray(ref.lengths).tolist())) > 1  # rows end at different steps
+  assert int(ref.stats.accepted.sum()) > 0  # paths below the root were accepted
+  if temperature == 0.0:  # greedy: the target's own output
+    alone = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=MAX_LEN)
+    np.testing.assert_array_equal(out.tokens, alone.tokens)
+
+
+SENTENCES = ['Unable to open the file', 'Save changes before closing?', 'Print the page',
+             'Close the window', 'Delete the selected messages', 'Undo']
+
+
+def test_cli_tree_on_a_mesh_writes_the_single_device_output_file(tmp_path, capsys):
+  """Sampled, batch 4 with refill on a 2x4 mesh against batch 2 on one device (the
+  dynamic tree's flags: the static tree's CLI route is the same one)."""
+  tree = ['--tree-nodes', '4', '--tree-depth', '2', '--tree-top', '2']
+  src = tmp_path / 'in.txt'
+  src.write_text('\n'.join(SENTENCES) + '\n')
+  args = ['--input', str(src), '--max-decode-len', '12', '--temperature', '1', '--seed', '3',
+          '--no-compare', '--quiet', '--json'] + tree
+  files = {}
+  for name, extra in (('single', ['--batch-size', '2', '--no-refill']),
+                      ('mesh', ['--batch-size', '4', '--mesh', 'data=2,model=4'])):
+    out = tmp_path / f'{name}.jsonl'
+    assert decode.main(args + extra + ['--output', str(out)]) == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary['tree'] is not None
+    files[name] = out.read_text()
+  assert files['mesh'] == files['single']
