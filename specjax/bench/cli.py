@@ -24,6 +24,7 @@ import numpy as np
 
 from specjax import reports
 from specjax.bench import paper_report, paper_table, peers, report, variants
+from specjax.bench import trees as bench_trees
 from specjax.bench import rows as bench_rows
 from specjax.bench.config import add_bench_flags
 from specjax.job.inputs import pad_to_bucket, tokenize
@@ -99,6 +100,7 @@ def _setup(args):
 
 def run_bench(args) -> dict:
   """The whole benchmark as one JSON-ready dict (see the module docstring)."""
+  bench_trees.parse_trees(args.trees)  # a bad --trees fails before anything runs
   gammas = [1, 2] if args.quick else _ints(args.gammas)
   temperatures = [float(t) for t in args.temperatures.split(',')]
   max_len = 8 if args.quick else args.max_decode_len
@@ -160,7 +162,8 @@ def run_bench(args) -> dict:
 
 def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_len, repeats,
                       slots) -> dict:
-  """The rows of --drafts, --verifications, --thresholds, --lenience, --gamma-auto-batches."""
+  """The rows of --drafts, --verifications, --thresholds, --trees, --lenience and
+  --gamma-auto-batches."""
   out = {}
   ctx = args.context
   kw = dict(max_len=max_len, seed=args.seed, rounds=args.rounds, repeats=repeats, slots=slots)
@@ -180,6 +183,11 @@ def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_le
         threshold_gammas=threshold_gammas,
         threshold_rules=[r for r in args.threshold_rules.split(',') if r],
         cache_len=cache_len, **kw)
+  trees = bench_trees.parse_trees(args.trees)
+  if trees:
+    out['trees'] = bench_trees.tree_rows(target, tp, draft, dp, batches, trees, temperatures,
+                                         max_len, seed=args.seed, rounds=args.rounds,
+                                         slots=slots)
   if args.lenience:
     if ctx['vocab'] is None:
       raise ValueError('--lenience reports BLEU against references: not with --quick')
@@ -238,7 +246,8 @@ def main(argv=None) -> int:
   if args.paper_table:
     _write(args, result, paper_report, paper_report.format_text(result))
   else:
-    _write(args, result, report, report.format_table(result))
+    trees = report.format_trees(result)
+    _write(args, result, report, report.format_table(result) + ('\n\n' + trees if trees else ''))
   return 0
 
 

@@ -13,6 +13,7 @@ from typing import Optional
 
 from specjax import flags
 from specjax.bench.paper_table import DEFAULT_DRAFTS
+from specjax.bench.trees import SYNTAX as TREES_SYNTAX
 from specjax.flags import flag
 from specjax.job.config import DecodeConfig
 
@@ -58,6 +59,9 @@ class BenchConfig:
                               group=_VARIANTS)
   threshold_gamma: str = flag('8', 'the most a row drafts, or several (e.g. 3,4,6: a row per '
                               'threshold and gamma)', group=_VARIANTS)
+  trees: str = flag('', 'token-tree rows (a tree decode of the same inputs, timed against '
+                     'the target alone as the gamma rows are), at each --temperatures: '
+                     + TREES_SYNTAX, group=_VARIANTS)
   lenience: str = flag('', 'T=1 rows at these lenience values with the BLEU of their outputs, '
                        'e.g. 1,0.5,0.2 (lossy below 1)', group=_VARIANTS)
   gamma_auto_batches: str = flag('', 'python -m specjax.decode --gamma auto at these batch '

@@ -23,6 +23,18 @@ def one_per_shape(batches: Sequence[np.ndarray]) -> list:
   return list(first.values())
 
 
+def compile_both(spec_fn: Callable, base_fn: Callable, batches: Sequence[np.ndarray]):
+  """Compiles the speculative and the baseline decode for every input width before any
+  timing: (the first compilation's seconds, BatchTimes of each)."""
+  shapes = one_per_shape(batches)
+  start = time.perf_counter()
+  jax.block_until_ready(spec_fn(shapes[0]))
+  compile_seconds = time.perf_counter() - start
+  for x in shapes:  # every width compiled before any timing
+    jax.block_until_ready((spec_fn(x), base_fn(x)))
+  return compile_seconds, BatchTimes(spec_fn, batches), BatchTimes(base_fn, batches)
+
+
 def prefill_seconds(target, tp, draft, dp, batches: Sequence[np.ndarray], gamma: int,
                     max_decode_len: int, trials: int = 3, slots: Optional[int] = None
                     ) -> float:

@@ -238,7 +238,26 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
     lines += [f'![measured and predicted speedup]({rel})', '']
   lines += ['## Where the time goes', '', reading(result), '']
   lines += beyond_the_draft(result)
-  reports.write_text(path, '\n'.join(lines))
+  reports.write_text(path, '\n'.join(lines) + kept_section(path))
+
+
+# A section another generator writes into the bench's report (scripts/tree_tokens_per_call.py):
+# a rerun of the bench keeps it, at the end.
+KEPT = '## Token trees'
+
+
+def kept_section(path: str) -> str:
+  """The KEPT section of the report already at `path` ('' when none), to append."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      old = f.read()
+  except OSError:
+    return ''
+  at = old.find('\n' + KEPT + '\n')
+  if at < 0:
+    return ''
+  end = old.find('\n## ', at + 1)
+  return '\n' + old[at + 1:end + 1 if end >= 0 else len(old)].rstrip('\n') + '\n'
 
 
 _VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'threshold_rule', 'gamma',
@@ -288,6 +307,8 @@ def beyond_the_draft(result: dict) -> List[str]:
                 f'{best_dyn["speedup"]:.2f}x; the best fixed gamma '
                 f'({best_fixed["gamma"]}) {best_fixed["speedup"]:.2f}x.']
     lines += ['']
+  if result.get('trees'):
+    lines += tree_section(result)
   if result.get('lenience'):
     lines += ['## Lenience: speed against quality (T=1, lossy below 1)', '']
     lines += _table(result['lenience'], ('lenience', 'gamma', 'alpha', 'tokens_per_call',
@@ -302,3 +323,39 @@ def beyond_the_draft(result: dict) -> List[str]:
     lines += [f'- batch {r["batch_size"]}: {r["gamma_reason"]}' for r in result['gamma_auto']]
     lines += ['']
   return lines
+
+
+_TREE_COLUMNS = ('tree', 'nodes', 'depth', 'temperature', 'alpha', 'tokens_per_call',
+                 'nodes_per_call', 'seconds', 'tokens_per_second', 'speedup',
+                 'identical_to_target')
+
+
+def tree_section(result: dict) -> List[str]:
+  """The report's section on the --trees rows, each against the best gamma row (by tokens
+  per target call) at its temperature."""
+  lines = ['## Token-tree rows (--trees)', '',
+           'The same inputs, each tree decode timed against the target alone in interleaved '
+           'rounds as the rows above are. A static tree (children per depth, e.g. 4,1,1) '
+           'verifies N = b1 + b1 b2 + ... nodes in one target call; dynamic:N:D:K grows N '
+           'nodes per row from the draft\'s cumulative probabilities (EAGLE-2: depth D, K '
+           'expanded per depth). nodes_per_call: nodes the target verified per call; '
+           'alpha: the acceptance of the first child tried at each depth reached (a '
+           'chain\'s alpha when the tree is a chain).', '']
+  lines += _table(result['trees'], _TREE_COLUMNS)
+  for t in sorted({r['temperature'] for r in result['trees']}):
+    chains = [r for r in result['rows'] if r['temperature'] == t]
+    tree = max((r for r in result['trees'] if r['temperature'] == t),
+               key=lambda r: r['tokens_per_call'])
+    if chains:
+      chain = max(chains, key=lambda r: r['tokens_per_call'])
+      lines.append(f'- T={t}: the best tree ({tree["tree"]}, {tree["nodes"]} nodes) makes '
+                   f'{tree["tokens_per_call"]:.2f} tokens per target call, '
+                   f'{tree["tokens_per_call"] / chain["tokens_per_call"]:.2f}x the best '
+                   f'gamma\'s ({chain["gamma"]}: {chain["tokens_per_call"]:.2f}); speedup '
+                   f'{tree["speedup"]:.2f}x against {chain["speedup"]:.2f}x on this machine.')
+  return lines + ['']
+
+
+def format_trees(result: dict) -> str:
+  """The --trees rows as a markdown table ('' without them)."""
+  return '\n'.join(_table(result['trees'], _TREE_COLUMNS)) if result.get('trees') else ''

@@ -9,7 +9,6 @@ rounds one after the other, and each keeps its fastest round.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Dict, Optional
 
 import jax
@@ -185,12 +184,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
                              sampling=sampling, rows=len(x), slots=slots, **rule)
               for x in shapes}
   traces = sum(d.traces for d in decoders)
-  start = time.perf_counter()
-  jax.block_until_ready(spec_fn(shapes[0]))
-  compile_seconds = time.perf_counter() - start
-  for x in shapes:  # every width compiled before any timing
-    jax.block_until_ready((spec_fn(x), base_fn(x)))
-  spec, base = decodes.BatchTimes(spec_fn, batches), decodes.BatchTimes(base_fn, batches)
+  compile_seconds, spec, base = decodes.compile_both(spec_fn, base_fn, batches)
   x0 = max(shapes, key=lambda x: sum(b.shape == x.shape for b in batches))  # the usual width
   batch = slots or len(batches[0])
   x0 = x0[:batch]  # the model calls are timed on B rows
