@@ -132,7 +132,7 @@ def main(argv=None) -> int:
         num_processes=config.num_processes, process_id=config.process_id)
                or jax.process_index() == 0)
   except ValueError as e:
-    print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
+    interrupt.error_line(f'error: {" ".join(str(e).split())}')
     return 2
   job = config.replace(progress=not config.quiet and primary)
   output = None
@@ -153,12 +153,12 @@ def main(argv=None) -> int:
     if job.task and primary:
       summary['metrics'] = task_data.record_metrics(job.task, records)
   except (ValueError, FileNotFoundError, OSError) as e:
-    print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
+    interrupt.error_line(f'error: {" ".join(str(e).split())}')
     return 2
   except KeyboardInterrupt:
     where = (f'{output.written} inputs are in {output.path}; rerun the same command to resume'
              if output is not None else 'nothing was written (no --output)')
-    print(f'interrupted: {where}', file=sys.stderr)
+    interrupt.error_line(f'interrupted: {where}')
     return 130
   finally:
     if output is not None:

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
   try:
     result = evaluate(job, job.max_examples)
   except (ValueError, FileNotFoundError, OSError) as e:
-    print(f'error: {" ".join(str(e).split())}', file=sys.stderr)
+    interrupt.error_line(f'error: {" ".join(str(e).split())}')
     return 2
   if job.json:
     print(json.dumps(result))

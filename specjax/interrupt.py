@@ -18,6 +18,13 @@ import sys
 from typing import Callable
 
 
+def error_line(text: str) -> None:
+  """Writes `text` and its newline to stderr in ONE write, flushed: a library's thread that
+  prints at the same moment (orbax's, on a damaged checkpoint) cannot land inside the line."""
+  sys.stderr.write(text + '\n')
+  sys.stderr.flush()
+
+
 def exit_at_once(where: Callable[[], str]) -> None:
   """Makes SIGINT print `interrupted: {where()}` and exit 130.
 
