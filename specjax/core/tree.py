@@ -92,6 +92,15 @@ class TreeShape:
     return np.concatenate([np.full(size, d + 1, np.int32)
                            for d, size in enumerate(self.level_sizes())])
 
+  def visible(self) -> np.ndarray:
+    """[M, M] bool, ancestor-or-self of each tree slot (`ancestors`, on the host: a
+    constant of the compiled program)."""
+    parents = self.parents()
+    anc = np.eye(len(parents) + 1, dtype=bool)
+    for i, parent in enumerate(parents):  # breadth-first: a parent's row comes first
+      anc[i + 1] |= anc[parent + 1]
+    return anc
+
   def ranks(self) -> np.ndarray:
     """[N] int32: each node's rank among its siblings (0: its parent's first child)."""
     return np.concatenate([np.tile(np.arange(b, dtype=np.int32), size // b)

@@ -20,7 +20,7 @@ Shape letters: B rows, N nodes, M = N + 1 tree slots, D deepest depth, V vocab.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -51,9 +51,10 @@ class TreeAcceptance(NamedTuple):
 
 
 def _path(chosen: jax.Array, parents: jax.Array, depth: jax.Array, n: jax.Array,
-          max_depth: int) -> jax.Array:
+          max_depth: int, visible: Optional[jax.Array]) -> jax.Array:
   """The nodes from depth 1 down to node `chosen` [B] (-1 past n): [B, D]."""
-  anc = ancestors(parents)  # [B, M, M]
+  anc = ancestors(parents) if visible is None else jnp.broadcast_to(
+      visible, parents.shape[:1] + visible.shape[-2:])  # [B, M, M]
   slot = jnp.maximum(chosen, 0) + 1
   on_path = jnp.take_along_axis(anc, slot[:, None, None], axis=1)[:, 0, 1:]  # [B, N]
   on_path &= (n > 0)[:, None]
@@ -68,7 +69,8 @@ def _rows(array: jax.Array, batch: int) -> jax.Array:
 
 
 def accept_tree_greedy(target_tokens: jax.Array, tokens: jax.Array, parents: jax.Array,
-                       depth: jax.Array, max_depth: int) -> TreeAcceptance:
+                       depth: jax.Array, max_depth: int,
+                       visible: Optional[jax.Array] = None) -> TreeAcceptance:
   """Greedy verification: the deepest path of argmax matches (the first such node where
   two siblings carry the same token).
 
@@ -78,6 +80,8 @@ def accept_tree_greedy(target_tokens: jax.Array, tokens: jax.Array, parents: jax
     parents: [N] or [B, N] int32, each node's parent (-1 the root), breadth-first order.
     depth: [N] or [B, N] int32, each node's depth 1 .. D.
     max_depth: D.
+    visible: [B, M, M] or [M, M] bool, ancestor-or-self of the tree slots, where the
+      caller has it (`tree.ancestors` of parents otherwise).
 
   Returns:
     A `TreeAcceptance`; beta is 1 where the first child tried at a depth matched.
@@ -98,7 +102,7 @@ def accept_tree_greedy(target_tokens: jax.Array, tokens: jax.Array, parents: jax
   n = jnp.where(chosen >= 0, jnp.take_along_axis(depth, jnp.maximum(chosen, 0)[:, None],
                                                  1)[:, 0], 0).astype(jnp.int32)
   y = jnp.take_along_axis(target_tokens, (chosen + 1)[:, None], axis=1)[:, 0]
-  path = _path(chosen, parents, depth, n, max_depth)
+  path = _path(chosen, parents, depth, n, max_depth, visible)
   reached = jnp.arange(max_depth)[None] <= n[:, None]
   # The first child of each reached node: does it match? (beta of a one-hot p and q)
   first_ok = _first_child_values(ok.astype(jnp.float32), parents, path, max_depth)
@@ -120,7 +124,8 @@ def _first_child_values(values: jax.Array, parents: jax.Array, path: jax.Array,
 
 def accept_tree(p: jax.Array, q: jax.Array, tokens: jax.Array, parents: jax.Array,
                 depth: jax.Array, keys: jax.Array, max_depth: int,
-                q_scale: float = 1.0) -> TreeAcceptance:
+                q_scale: float = 1.0, visible: Optional[jax.Array] = None
+                ) -> TreeAcceptance:
   """Sampled verification (module doc): exact for the target's distribution.
 
   Args:
@@ -133,6 +138,7 @@ def accept_tree(p: jax.Array, q: jax.Array, tokens: jax.Array, parents: jax.Arra
     keys: [B, ...] one PRNG key per row.
     max_depth: D.
     q_scale: lenience l in (0, 1]: accept when u * l * q(x) < r(x); 1 is exact.
+    visible: as `accept_tree_greedy`.
 
   Returns:
     A `TreeAcceptance`.
@@ -159,7 +165,7 @@ def accept_tree(p: jax.Array, q: jax.Array, tokens: jax.Array, parents: jax.Arra
   y = sampling.sample(extra_keys, r)  # [B]
   n = jnp.where(node >= 0, jnp.take_along_axis(depth, jnp.maximum(node, 0)[:, None],
                                                1)[:, 0], 0).astype(jnp.int32)
-  path = _path(node, parents, depth, n, max_depth)
+  path = _path(node, parents, depth, n, max_depth, visible)
   reached = jnp.arange(max_depth)[None] <= n[:, None]
   beta = _first_child_values(beta_first, parents, path, max_depth)
   return TreeAcceptance(n=n, y=y, path=path, beta=jnp.where(reached, beta, 0.0),

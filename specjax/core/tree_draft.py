@@ -6,8 +6,9 @@ that the draft's cache holds every committed token), then feed one depth's nodes
 with a tree mask (`specjax.models.base.Tree`) in the draft's own scratch slots after the
 root. Children are the draft's top tokens below a node by its logits (point masses: a
 deterministic choice), or, at a depth of a static tree with one child per node under
-sampling, a draw from the draft's warped distribution (as the chain drafts). Either way a node's candidates
-are drawn independently of the target's randomness, which the exact tree rule needs.
+sampling, a draw from the draft's warped distribution (as the chain drafts). Either way a
+node's candidates are drawn independently of the target's randomness, which the exact tree
+rule needs.
 
 Shape letters: B rows, N nodes, M = N + 1 tree slots, D depth, K nodes of one call,
 P candidates of a dynamic tree, V vocab.
@@ -33,6 +34,8 @@ class Proposal(NamedTuple):
     tokens: [B, N] int32, the nodes' tokens, breadth-first (a parent before its children).
     parents: [B, N] int32, each node's parent (-1 the root).
     depth: [B, N] int32, each node's depth, 1 .. D.
+    visible: [B, M, M] (or [M, M] for a static tree) bool, ancestor-or-self of each tree
+      slot: the verify call's mask and the accepted path's lookup, made once.
     q: [B, N, V] float32, the distribution each token was drawn from (a one-hot for a
       deterministic choice); None when greedy.
     cache: the draft's cache.
@@ -45,6 +48,7 @@ class Proposal(NamedTuple):
   tokens: jax.Array
   parents: jax.Array
   depth: jax.Array
+  visible: jax.Array
   q: Optional[jax.Array]
   cache: Any
   draft_path_slots: jax.Array
@@ -112,7 +116,7 @@ def grow_static(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, param
   shape = cfg.tree
   parents, depth = shape.parents(), shape.depths()
   slot_depth = tree.slot_depths(depth)
-  visible = tree.ancestors(parents)
+  visible = shape.visible()  # [M, M], a constant of the program
   logits, cache = _catch_up(draft, cache, seq, pos)
   bad = nonfinite(logits[:, None])
   tokens, q = _children(logits[:, None], shape.branching[0],
@@ -130,7 +134,7 @@ def grow_static(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, param
   batch, num = tokens.shape
   rows = lambda a: jnp.broadcast_to(jnp.asarray(a, jnp.int32), (batch, num))
   return Proposal(tokens=tokens, parents=rows(parents), depth=rows(depth),
-                  q=None if cfg.sampling.greedy else jnp.concatenate(all_q, axis=1),
+                  visible=jnp.asarray(visible), q=None if cfg.sampling.greedy else jnp.concatenate(all_q, axis=1),
                   cache=cache, draft_path_slots=rows(np.arange(num)), draft_nodes=num,
                   nonfinite=bad)
 
@@ -151,55 +155,51 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
   each depth after (P), of which the N likeliest are verified.
   """
   spec = cfg.tree
-  top, depth_count = spec.top, spec.depth
+  top, depth_count, pool = spec.top, spec.depth, spec.pool_size
   logits, cache = _catch_up(draft, cache, seq, pos)
   batch = pos.shape[0]
   bad = nonfinite(logits[:, None])
-  lp = _scores(logits)  # [B, V]
-  score, token = jax.lax.top_k(lp, top)  # [B, top]
-  pool_tokens, pool_scores = [token], [score]
-  pool_parents = [jnp.full((batch, top), -1, jnp.int32)]
-  pool_fed = [jnp.full((batch, top), -1, jnp.int32)]  # draft scratch node, -1 not fed
-  draft_nodes = (depth_count - 1) * top
-  draft_parent = jnp.full((batch, max(draft_nodes, 1)), -1, jnp.int32)
+  score, token = jax.lax.top_k(_scores(logits), top)  # [B, top]
+  # The candidates, depth-major: `top` at depth 1, then top * top per depth (frontier node
+  # by frontier node, each's children by rank); every slot is written once below.
+  tokens = jnp.zeros((batch, pool), jnp.int32).at[:, :top].set(token)
+  scores = jnp.full((batch, pool), -jnp.inf, jnp.float32).at[:, :top].set(score)
+  parents = jnp.full((batch, pool), -1, jnp.int32)
+  fed = jnp.full((batch, pool), -1, jnp.int32)  # the draft scratch node of a candidate
+  draft_nodes = max((depth_count - 1) * top, 1)
+  slot_depth = tree.slot_depths(np.repeat(np.arange(1, depth_count, dtype=np.int32), top))
+  eye = np.eye(draft_nodes + 1, dtype=bool)
+  visible = jnp.broadcast_to(eye, (batch,) + eye.shape)  # [B, Md, Md], grown per depth
   frontier = jnp.broadcast_to(jnp.arange(top, dtype=jnp.int32), (batch, top))  # pool index
   f_tokens, f_scores = token, score
-  offset = 0  # pool index of the current depth's first candidate
   for d in range(1, depth_count):
-    # feed the frontier (depth d) into draft scratch nodes (d - 1) * top + j
-    first = (d - 1) * top
-    f_parent_pool = jnp.take_along_axis(jnp.concatenate(pool_parents, 1), frontier, 1)
-    fed_all = jnp.concatenate(pool_fed, 1)
-    f_parent_draft = jnp.where(f_parent_pool < 0, -1, jnp.take_along_axis(
-        fed_all, jnp.maximum(f_parent_pool, 0), 1))  # [B, top]
-    draft_parent = draft_parent.at[:, first:first + top].set(f_parent_draft)
-    pool_fed = _mark_fed(pool_fed, frontier, first, top)
-    slot_depth = tree.slot_depths(jnp.repeat(jnp.arange(1, depth_count, dtype=jnp.int32),
-                                             top))  # [Md]
-    visible = tree.ancestors(draft_parent)  # [B, Md, Md]
+    # the frontier (depth d) becomes draft scratch nodes first .. first + top - 1
+    first, start = (d - 1) * top, top + (d - 1) * top * top
+    f_parent = jnp.take_along_axis(parents, frontier, 1)  # [B, top], pool index or -1
+    parent_slot = jnp.where(f_parent < 0, 0, jnp.take_along_axis(
+        fed, jnp.maximum(f_parent, 0), 1) + 1)  # [B, top]
+    rows = jnp.take_along_axis(visible, parent_slot[:, :, None], axis=1)  # [B, top, Md]
+    new = slice(first + 1, first + 1 + top)  # their draft slots
+    visible = visible.at[:, new].set(rows | eye[new])
+    fed = jax.vmap(lambda f, idx: f.at[idx].set(first + jnp.arange(top, dtype=jnp.int32)))(
+        fed, frontier)
     call = tree_call(pos, slot_depth, visible, first + 1, top)
     logits, cache = draft.decode(cache, f_tokens, pos, tree=call)  # [B, top, V]
     bad |= nonfinite(logits)
-    lp = _scores(logits)  # [B, top, V]
-    child_score, child_token = jax.lax.top_k(lp, top)  # [B, top, top]
-    child_score = child_score + f_scores[:, :, None]
-    offset += top if d == 1 else top * top
-    pool_tokens.append(child_token.reshape(batch, top * top))
-    pool_scores.append(child_score.reshape(batch, top * top))
-    pool_parents.append(jnp.repeat(frontier, top, axis=1))
-    pool_fed.append(jnp.full((batch, top * top), -1, jnp.int32))
-    f_scores, best = jax.lax.top_k(child_score.reshape(batch, top * top), top)
-    frontier = offset + best.astype(jnp.int32)
-    f_tokens = jnp.take_along_axis(child_token.reshape(batch, top * top), best, 1)
-  tokens = jnp.concatenate(pool_tokens, 1)  # [B, P]
-  scores = jnp.concatenate(pool_scores, 1)
-  parents = jnp.concatenate(pool_parents, 1)
-  fed = jnp.concatenate(pool_fed, 1)
+    child_score, child_token = jax.lax.top_k(_scores(logits), top)  # [B, top, top]
+    child_score = (child_score + f_scores[:, :, None]).reshape(batch, top * top)
+    child_token = child_token.reshape(batch, top * top)
+    tokens = tokens.at[:, start:start + top * top].set(child_token)
+    scores = scores.at[:, start:start + top * top].set(child_score)
+    parents = parents.at[:, start:start + top * top].set(jnp.repeat(frontier, top, axis=1))
+    f_scores, best = jax.lax.top_k(child_score, top)
+    frontier = start + best.astype(jnp.int32)
+    f_tokens = jnp.take_along_axis(child_token, best, 1)
   pool_depth = jnp.asarray(spec.pool_depths())
   # The N likeliest, shallower first on ties (the pool is depth-major: a stable sort keeps
   # every parent ahead of its children), then back in pool order: breadth-first.
   chosen = jnp.sort(jnp.argsort(-scores, axis=1, stable=True)[:, :spec.nodes], axis=1)
-  inverse = jax.vmap(lambda c: jnp.full((tokens.shape[1],), -1, jnp.int32).at[c].set(
+  inverse = jax.vmap(lambda c: jnp.full((pool,), -1, jnp.int32).at[c].set(
       jnp.arange(spec.nodes, dtype=jnp.int32)))(chosen)  # [B, P]
   pool_parent = jnp.take_along_axis(parents, chosen, 1)
   new_parents = jnp.where(pool_parent < 0, -1, jnp.take_along_axis(
@@ -208,17 +208,9 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
   q = None if cfg.sampling.greedy else jax.nn.one_hot(new_tokens, logits.shape[-1],
                                                       dtype=jnp.float32)
   return Proposal(tokens=new_tokens, parents=new_parents, depth=pool_depth[chosen],
-                  q=q, cache=cache, draft_path_slots=jnp.take_along_axis(fed, chosen, 1),
-                  draft_nodes=max(draft_nodes, 1), nonfinite=bad)
-
-
-def _mark_fed(pool_fed: list, frontier: jax.Array, first: int, top: int) -> list:
-  """Records that pool candidates `frontier` [B, top] were fed as draft nodes first + j."""
-  sizes = [a.shape[1] for a in pool_fed]
-  fed = jnp.concatenate(pool_fed, 1)
-  fed = jax.vmap(lambda f, idx: f.at[idx].set(first + jnp.arange(top, dtype=jnp.int32)))(
-      fed, frontier)
-  return list(jnp.split(fed, np.cumsum(sizes)[:-1], axis=1))
+                  visible=tree.ancestors(new_parents), q=q, cache=cache,
+                  draft_path_slots=jnp.take_along_axis(fed, chosen, 1),
+                  draft_nodes=draft_nodes, nonfinite=bad)
 
 
 def propose(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, params,

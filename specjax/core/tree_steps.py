@@ -19,8 +19,8 @@ def verify_tree(target: Bound, cache, last, proposal: tree_draft.Proposal, pos):
   """The ONE target call of an iteration: the root and the N nodes, each seeing its
   ancestors: (logits [B, M, V], the target's cache)."""
   fed = jnp.concatenate([last[:, None], proposal.tokens], axis=1)  # [B, M]
-  call = tree_draft.tree_call(pos, tree.slot_depths(proposal.depth),
-                              tree.ancestors(proposal.parents), 0, fed.shape[1])
+  call = tree_draft.tree_call(pos, tree.slot_depths(proposal.depth), proposal.visible, 0,
+                              fed.shape[1])
   return target.decode(cache, fed, pos, tree=call)
 
 
@@ -39,11 +39,13 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
   logits, target_cache = verify_tree(target, state.target_cache, last, proposal, state.pos)
   if cfg.sampling.greedy:
     result = tree_accept.accept_tree_greedy(sampling.argmax(logits), proposal.tokens,
-                                            proposal.parents, proposal.depth, depth)
+                                            proposal.parents, proposal.depth, depth,
+                                            proposal.visible)
   else:
     p = sampling.warp(logits, state.sampling, cfg.sampling)  # [B, M, V]
     result = tree_accept.accept_tree(p, proposal.q, proposal.tokens, proposal.parents,
-                                     proposal.depth, accept_keys, depth, cfg.rule.lenience)
+                                     proposal.depth, accept_keys, depth, cfg.rule.lenience,
+                                     proposal.visible)
   target_cache = tree.compact(target_cache, target.model.cache_axes(), state.pos,
                               result.path, result.n, num)
   draft_path = jnp.where(result.path >= 0, jnp.take_along_axis(

@@ -222,7 +222,8 @@ def _verified_tree(shape: TreeShape, tokens: jax.Array) -> tree_draft.Proposal:
   batch, num = tokens.shape
   rows = lambda a: jnp.broadcast_to(jnp.asarray(a, jnp.int32), (batch, num))
   return tree_draft.Proposal(tokens=tokens, parents=rows(shape.parents()),
-                             depth=rows(shape.depths()), q=None, cache=None,
+                             depth=rows(shape.depths()),
+                             visible=jnp.asarray(shape.visible()), q=None, cache=None,
                              draft_path_slots=rows(np.arange(num)), draft_nodes=num,
                              nonfinite=None)
 
