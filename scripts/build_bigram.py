@@ -2,7 +2,7 @@
 
 Counts, over every training target tokenized with the pair's vocabulary and framed as the
 decoder sees it (the start token, the ids, EOS), how often each token follows each other,
-keeps the top-k next tokens per token (`specjax.models.bigram.table_from_counts`) and
+keeps the top-k next tokens per token (`specjax.proposers.bigram.table_from_counts`) and
 writes them compactly (uint16 ids, float16 log-probabilities) as .npz: the demo pair's is
 `specjax/assets/demo/bigram.npz`, built from the demo corpus's train split.
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from specjax import checkpoints
 from specjax.checkpoints.registry import DEMO_VOCAB
-from specjax.models.bigram import save_table, table_from_counts
+from specjax.proposers.bigram import save_table, table_from_counts
 
 
 def main() -> None:

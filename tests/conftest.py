@@ -46,6 +46,15 @@ def full_optimisation_when_marked(request):
     jax.config.update('jax_disable_most_optimizations', before)
 
 
+@pytest.fixture
+def fresh_programs(monkeypatch):
+  """This test's decodes build their programs anew, so that a patch of the core is traced
+  into them; the programs every other test compiled stay cached (no jax.clear_caches,
+  which would make the tests after this one compile theirs again)."""
+  from specjax.core import decoder  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(decoder, 'build', decoder.build.__wrapped__)
+
+
 def _fresh(params):
   return jax.tree.map(lambda x: x, params)
 

@@ -124,7 +124,8 @@ def _markov_pair():
 @pytest.mark.parametrize('config', [specjax.SamplingConfig(temperature=1.0),
                                     specjax.SamplingConfig(temperature=0.7, top_k=3)],
                          ids=['t1', 't0.7-top3'])
-def test_block_decode_follows_the_target_on_the_first_three_tokens(config, monkeypatch):
+def test_block_decode_follows_the_target_on_the_first_three_tokens(config, monkeypatch,
+                                                                   fresh_programs):
   target, tp, dp = _markov_pair()
   n, steps, start = 20_000, 3, 3
   kw = dict(gamma=3, max_decode_len=steps, sampling=config, rng=jax.random.PRNGKey(2))
@@ -142,12 +143,8 @@ def test_block_decode_follows_the_target_on_the_first_three_tokens(config, monke
     return jnp.concatenate([jnp.sqrt(h[:, :-1]), h[:, -1:]], axis=1), w
 
   monkeypatch.setattr(acceptance, 'block_stops', broken)
-  jax.clear_caches()
-  try:
-    bad = specjax.speculative_decode(target, tp, target, dp, inputs, verification='block',
-                                     **dict(kw, rng=jax.random.PRNGKey(3)))
-  finally:
-    jax.clear_caches()
+  bad = specjax.speculative_decode(target, tp, target, dp, inputs, verification='block',
+                                   **dict(kw, rng=jax.random.PRNGKey(3)))
   assert chi_square_pvalue(np.asarray(bad.tokens), expected) < 1e-3
 
 

@@ -10,9 +10,9 @@ import pytest
 
 import specjax
 from specjax.models import base
-from specjax.models.bigram import BigramDraft, table_from_counts
-from specjax.models.copy_draft import CopyDraft
-from specjax.models.hybrid_draft import HybridDraft
+from specjax.proposers.bigram import BigramDraft, table_from_counts
+from specjax.proposers.copy import CopyDraft
+from specjax.proposers.hybrid import HybridDraft
 from specjax.models.markov import MarkovModel
 from models_for_tests import chain_markov, random_markov
 from stats_util import chi_square_pvalue, enumerate_markov

@@ -6,7 +6,8 @@ Low to high (docs/design.md says what each part holds):
      reports, interrupt     command-line flags derived from a config's fields; where
                             generated documents are written, and how; Ctrl-C's one line
   1. core, checkpoints       the decode (a mesh's rules from parallel); weights into models
-  2. demo, speed, t5x        bundled pairs' data; costs and plans; the decode inside T5X
+  2. demo, speed, t5x,       bundled pairs' data; costs and plans; the decode inside T5X;
+     proposers              the drafts that are not models (copy, bigram, copy + model)
   3. tasks                   seqio tasks over the bundled corpora
   4. job                     what `python -m specjax.decode` runs
   5. bench                   `python -m specjax.bench`, which runs the job's decodes
@@ -23,7 +24,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'specjax'
 LAYERS = (
     ('models', 'parallel', 'flags', 'reports', 'interrupt'),
     ('core', 'checkpoints'),
-    ('demo', 'speed', 't5x'),
+    ('demo', 'speed', 't5x', 'proposers'),
     ('tasks',),
     ('job',),
     ('bench',),

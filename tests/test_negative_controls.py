@@ -14,7 +14,7 @@ import pytest
 
 import specjax
 from specjax import decode
-from specjax.core import acceptance, decoder, sampling
+from specjax.core import acceptance, sampling
 from specjax.job import decode_job
 from specjax.models.markov import MarkovModel
 from stats_util import chi_square_pvalue, enumerate_markov
@@ -24,13 +24,9 @@ VOCAB, START, STEPS, N = 6, 3, 3, 10_000
 
 
 @pytest.fixture
-def retrace():
-  """Forgets every compiled program now and after the test (a patch must be traced)."""
-  jax.clear_caches()
-  decoder.build.cache_clear()
-  yield
-  jax.clear_caches()
-  decoder.build.cache_clear()
+def retrace(fresh_programs):
+  """A patch of the core must be traced: every decode here builds its programs anew."""
+  del fresh_programs
 
 
 def _accept_every_draft(target_tokens, x, drafted=None):
@@ -54,8 +50,6 @@ def test_a_broken_accept_rule_is_not_identical_to_the_target(tmp_path, monkeypat
                              progress=False)
   assert decode_job.run(job)['identical_to_target'] is True
   monkeypatch.setattr(acceptance, 'accept_greedy', _accept_every_draft)
-  jax.clear_caches()
-  decoder.build.cache_clear()
   broken = decode_job.run(job)
   assert broken['alpha'] == 1.0  # the patched rule is the one that ran
   assert broken['identical_to_target'] is False

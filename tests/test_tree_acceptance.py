@@ -125,12 +125,9 @@ def test_sampled_tree_decode_follows_the_target_on_the_first_three_tokens(config
   assert 0.05 < rate  # the tree was used: some of its tokens were accepted
 
 
-def test_a_tree_rule_that_keeps_the_residual_between_siblings_is_rejected(monkeypatch):
+def test_a_tree_rule_that_keeps_the_residual_between_siblings_is_rejected(monkeypatch,
+                                                                            fresh_programs):
   """Not removing a rejected sibling's mass from the residual: the same test must fail."""
   monkeypatch.setattr(tree_accept, 'residual', lambda r, q, q_scale=1.0: r)
-  jax.clear_caches()  # the exact rule's programs were compiled by the tests above
-  try:
-    tokens, expected, _ = _tree_samples(CONFIGS[0], '2,1,2')
-  finally:
-    jax.clear_caches()
+  tokens, expected, _ = _tree_samples(CONFIGS[0], '2,1,2')
   assert chi_square_pvalue(tokens, expected) < 1e-6

@@ -138,9 +138,10 @@ BEFORE_LOAD = ['--target', 'no_such_model', '--quiet']
     (['--tree', '2,1', '--draft-threshold', '0.5'], 'drop --draft-threshold, or drop'),
     (['--tree-nodes', '4', '--tree-depth', '2', '--verification', 'block',
       '--draft-threshold', '0.5'], 'drop --verification block and --draft-threshold'),
-    (['--tree', '2,1', '--draft', 'copy'], 'trees need a draft model or bigram'),
-    (['--tree-nodes', '4', '--tree-depth', '2', '--draft', 'copy+demo_draft'],
-     'trees need a draft model or bigram'),
+    (['--tree-nodes', '4', '--tree-depth', '2', '--draft', 'copy'],
+     '--draft copy grows static trees only'),
+    (['--tree', '2,1', '--draft', 'copy+demo_draft'],
+     'trees need a draft model, copy or bigram'),
     (['--tree', '2,1', '--gamma', '3'], '--gamma 3 disagrees with the tree'),
     (['--tree', '4,2,1', '--gamma', '0'], "drop --gamma (a tree's gamma is its depth, 3)"),
     (['--tree', '1,1,1', '--max-decode-len', '2'], 'more than --max-decode-len 2'),
@@ -156,9 +157,10 @@ def test_bad_tree_flags_are_one_line_before_any_load(capsys, flags, message):
 
 
 @pytest.mark.parametrize('flags', [
-    ['--tree', '2,1', '--draft', 'bigram'], ['--tree', '2,1', '--gamma', '2'],
+    ['--tree', '2,1', '--draft', 'bigram'], ['--tree', '3,1', '--draft', 'copy'],
+    ['--tree', '2,1', '--gamma', '2'],
     ['--tree-nodes', '4', '--tree-depth', '2', '--tree-top', '2', '--temperature', '1',
-     '--lenience', '0.5']], ids=['bigram', 'gamma = depth', 'lenience'])
+     '--lenience', '0.5']], ids=['bigram', 'copy', 'gamma = depth', 'lenience'])
 def test_good_tree_flags_reach_the_load(capsys, flags):
   assert decode.main(BEFORE_LOAD + flags) == 2
   assert "unknown model 'no_such_model'" in capsys.readouterr().err

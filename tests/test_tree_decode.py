@@ -84,18 +84,14 @@ def test_tree_decode_of_tiny_t5_with_refill_and_a_draft_equal_to_the_target(tiny
   assert np.all(np.asarray(stats.accepted) >= 3 * full_calls)
 
 
-def test_without_the_cache_compaction_the_comparison_fails(demo_pair, monkeypatch):
+def test_without_the_cache_compaction_the_comparison_fails(demo_pair, monkeypatch,
+                                                            fresh_programs):
   """The negative control: a tree decode that leaves the accepted path where the tree
   put it (siblings' slots) reads wrong keys, and the output is no longer the target's."""
-  import jax  # pylint: disable=import-outside-toplevel
   target, tp, draft, dp = demo_pair
   inputs = _demo_lines(8)
   kw = dict(max_decode_len=20)
   ref = specjax.autoregressive_decode(target, tp, inputs, **kw)
   monkeypatch.setattr(tree, 'compact', lambda cache, *args, **kwargs: cache)
-  jax.clear_caches()
-  try:
-    out = specjax.speculative_decode(target, tp, draft, dp, inputs, tree='3,3', **kw)
-  finally:
-    jax.clear_caches()
+  out = specjax.speculative_decode(target, tp, draft, dp, inputs, tree='3,3', **kw)
   assert not np.array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))

@@ -163,7 +163,7 @@ def runs_from_args(args) -> List[TaskRun]:
 
 def quick_runs(specs: Sequence[str]) -> List[TaskRun]:
   """Two tasks on the tiny random test models (`--quick`): a smoke run of the table."""
-  from specjax.models.bigram import BigramDraft  # pylint: disable=import-outside-toplevel
+  from specjax.proposers.bigram import BigramDraft  # pylint: disable=import-outside-toplevel
   from specjax.models.t5 import T5  # pylint: disable=import-outside-toplevel
   from specjax.models.t5_config import t5_tiny, t5_tiny_draft  # pylint: disable=import-outside-toplevel
   target, draft = T5(t5_tiny), T5(t5_tiny_draft)

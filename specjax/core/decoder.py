@@ -27,6 +27,7 @@ from specjax.core import loop
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import DecodeOutput, LoopConfig
 from specjax.parallel import rules as axis_rules
+from specjax.core.model_proposer import as_proposer
 
 PyTree = Any
 
@@ -65,7 +66,9 @@ class Decoder:
   """The programs of one decode configuration (see the module docstring).
 
   Attributes:
-    target, draft: the models (draft None: the target alone, cfg.gamma 0).
+    target: the target model.
+    draft: the proposer (`specjax.core.proposal.Proposer`; a draft model is made one by
+      `specjax.core.model_proposer.as_proposer`), or None: the target alone, cfg.gamma 0.
     cfg: the static loop config.
     slots: B, rows decoded at once; None: all N inputs at once (a fixed batch).
     mesh: a ('data', 'model') mesh, or None for one device.
@@ -75,7 +78,8 @@ class Decoder:
 
   def __init__(self, target, draft, cfg: LoopConfig, slots: Optional[int] = None,
                mesh: Optional[Mesh] = None, rules=axis_rules.STANDARD_RULES):
-    self.target, self.draft, self.cfg, self.slots = target, draft, cfg, slots
+    self.target, self.cfg, self.slots = target, cfg, slots
+    self.draft = as_proposer(draft)
     self.mesh, self.rules = mesh, rules
     self.traces = 0
     self._whole = jax.jit(self.whole)

@@ -27,6 +27,7 @@ from specjax.core.sampling import SamplingParams
 from specjax.core.state import (DecodeOutput, DecodeState, DecodeStats, LoopConfig,
                                 extract_output)
 from specjax.core.steps import Bound
+from specjax.models import base
 
 
 @flax.struct.dataclass
@@ -95,25 +96,16 @@ def _put_rows(dest, src, dest_rows, src_rows, count):
   return jax.lax.fori_loop(0, count, put, dest)
 
 
-def _prefill(model, params, encoded, cache, prompt: jax.Array):
-  """Writes a decoder prompt [B, P] at positions 0.. into the cache (P > 1 only: the last
-  prompt token is fed by the first iteration)."""
-  if prompt.shape[1] == 1:
-    return cache
-  positions = jnp.zeros((prompt.shape[0],), jnp.int32)
-  return model.decode(params, encoded, cache, prompt, positions)[1]
-
-
-def _prefill_rows(model, params, encoded, cache, prompt, rows, count):
-  """`_prefill` of the slots rows[j], j < count, one at a time (refill of decoder-only
-  prompts); the other slots' caches are untouched."""
+def _prefill_rows(prefill: Callable, encoded, cache, prompt, rows, count):
+  """`prefill(encoded, cache, prompt)` of the slots rows[j], j < count, one at a time
+  (refill of decoder-only prompts); the other slots' caches are untouched."""
   if prompt.shape[1] == 1:
     return cache
 
   def one(j, cache):
     row = lambda tree: jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, rows[j], 1),
                                     tree)
-    new = _prefill(model, params, row(encoded), row(cache), row(prompt))
+    new = prefill(row(encoded), row(cache), row(prompt))
     return jax.tree.map(lambda d, n: jax.lax.dynamic_update_slice_in_dim(d, n, rows[j], 0),
                         cache, new)
   return jax.lax.fori_loop(0, count, one, cache)
@@ -130,8 +122,9 @@ def start(target, tp, draft, dp, inputs: jax.Array, num_inputs: jax.Array,
   """Encodes, gives the first B inputs a slot, prefills their caches: the first carry.
 
   Args:
-    target, tp: the target and its params; draft, dp: the draft and its params (None,
-      None for the target alone).
+    target, tp: the target and its params; draft, dp: the proposer
+      (`specjax.core.proposal.Proposer`) and its params (None, None for the target
+      alone).
     inputs: [N, S] int32, right-padded with the models' pad id.
     num_inputs: scalar int32, decode the first n inputs (later rows are never started).
     row_ids: [N] int32, each input's index in the run (its key is fold_in(rng, id)).
@@ -159,12 +152,13 @@ def start(target, tp, draft, dp, inputs: jax.Array, num_inputs: jax.Array,
   width = cfg.width(prompt.shape[1])
   seq = jnp.zeros((slots, width), jnp.int32).at[:, :prompt.shape[1]].set(prompt)
   has_input = jnp.arange(slots) < num_inputs
-  caches = [_prefill(m, p, e, m.init_cache(slots, width), prompt) if m is not None else {}
-            for m, p, e in ((target, tp, target_enc), (draft, dp, draft_enc))]
+  target_cache = base.prefill(target, tp, target_enc, target.init_cache(slots, width), prompt)
+  draft_cache = (draft.prefill(dp, draft_enc, draft.init_cache(slots, width), prompt)
+                 if draft is not None else {})
   state = DecodeState(
       seq=seq, prompt_len=prompt_len, pos=prompt_len - 1,
       length=jnp.zeros((slots,), jnp.int32), done=~has_input,
-      target_cache=caches[0], draft_cache=caches[1], keys=keys[:slots],
+      target_cache=target_cache, draft_cache=draft_cache, keys=keys[:slots],
       sampling=_rows(sampling, slice(0, slots)), stats=DecodeStats.zeros(slots, cfg.gamma),
       step=jnp.zeros((), jnp.int32))
   queue = None
@@ -212,9 +206,10 @@ def refill(run: Run, target, tp, draft, dp, cfg: LoopConfig) -> Run:
   target_enc, draft_enc = put(run.target_enc, q.target_enc), put(run.draft_enc, q.draft_enc)
   prefill = functools.partial(_prefill_rows, prompt=prompt, rows=order, count=count)
   state = state.replace(
-      target_cache=prefill(target, tp, target_enc, state.target_cache),
-      draft_cache=(prefill(draft, dp, draft_enc, state.draft_cache) if draft is not None
-                   else state.draft_cache))
+      target_cache=prefill(functools.partial(base.prefill, target, tp), target_enc,
+                           state.target_cache),
+      draft_cache=(prefill(functools.partial(draft.prefill, dp), draft_enc, state.draft_cache)
+                   if draft is not None else state.draft_cache))
   queue = q.replace(slot=jnp.where(finished, jnp.where(take, new, n), q.slot),
                     next=q.next + count, tokens=tokens, lengths=lengths, stats=stats)
   return Run(state=state, target_enc=target_enc, draft_enc=draft_enc, queue=queue)

@@ -1,5 +1,5 @@
-"""One iteration of the decode loop: draft G tokens, verify them in ONE target call,
-accept, commit (or, for the target alone, one token per call).
+"""One iteration of the decode loop: the proposer drafts G tokens, the target verifies
+them in ONE call, accept, commit (or, for the target alone, one token per call).
 
 `draft_step`, `draft_block` and `verify` are the functions the benchmark times as the
 costs c and v(K) of the paper's formula; the loop runs exactly these. Shape letters:
@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.core import acceptance, sampling
+from specjax.core.proposal import chain_path
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import (DecodeState, LoopConfig, commit, count_call, gather_rows,
                                 split_keys)
@@ -22,7 +23,8 @@ class Bound(NamedTuple):
   """A model with its params and the encoding of the rows it decodes.
 
   Attributes:
-    model: the model (the contract of `specjax.models.base.Model`).
+    model: the model (the contract of `specjax.models.base.Model`), or for the draft
+      side of the loop a proposer (`specjax.core.proposal.Proposer`).
     params: its params pytree.
     encoded: what `model.encode` returned for these rows ([B, ...] leaves).
   """
@@ -37,6 +39,16 @@ class Bound(NamedTuple):
     if tree is None:
       return self.model.decode(self.params, self.encoded, cache, tokens, positions)
     return self.model.decode(self.params, self.encoded, cache, tokens, positions, tree=tree)
+
+  def propose(self, state, seq: jax.Array, pos: jax.Array, keys, params, cfg: LoopConfig,
+              active: Optional[jax.Array] = None):
+    """A proposer's `propose` (`specjax.core.proposal.Proposer`): a `Proposal`."""
+    return self.model.propose(self.params, self.encoded, state, seq, pos, keys, params, cfg,
+                              active)
+
+  def accepted(self, state, proposal, path: jax.Array, n: jax.Array, pos: jax.Array):
+    """A proposer's `accepted`: its state once path [B, D] (n [B] nodes) was kept."""
+    return self.model.accepted(state, proposal, path, n, pos)
 
 
 def pick(logits: jax.Array, keys: Optional[jax.Array], params: SamplingParams,
@@ -224,9 +236,9 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   else:
     split = split_keys(state.keys, g + 2)  # [G+2, B, ...]
     keys, draft_keys, accept_keys = split[0], split[1:g + 1], split[g + 1]
-  d = draft_block(draft, state.draft_cache, state.seq, state.pos, draft_keys, state.sampling,
-                  cfg, active=~state.done)
-  x, drafted = d.x, d.confidence  # [B, G], [B]: each row's own count of proposals
+  d = draft.propose(state.draft_cache, state.seq, state.pos, draft_keys, state.sampling, cfg,
+                    active=~state.done)
+  x, drafted = d.tokens, d.drafted  # [B, G], [B]: each row's own count of proposals
   last = gather_rows(state.seq, state.pos)
   if cfg.rule.draft_threshold > 0.0 and g > 1:  # score only as far as the longest proposal
     longest = jnp.max(drafted)  # finished rows propose 1
@@ -245,6 +257,7 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   block = jnp.concatenate([x, x[:, :1]], axis=1)  # [B, G+1]
   block = jnp.where(jnp.arange(g + 1)[None] == result.n[:, None], result.y[:, None], block)
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)
+  draft_cache = draft.accepted(d.state, d, chain_path(result.n, g), result.n, state.pos)
   committed = pos - state.pos  # [B] tokens this call added to the output (0 if inactive)
   in_output = jnp.minimum(result.n, committed)  # accepted drafts that are in the output
   # beta counts where the target checked a draft token on the output's own prefix: up to the
@@ -255,7 +268,7 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   stats = count_call(state.stats, active, drafted, in_output, committed, result.beta,
                      verified, d.nonfinite | nonfinite(logits))
   return state.replace(seq=seq, pos=pos, length=length, done=done, keys=keys, stats=stats,
-                       target_cache=target_cache, draft_cache=d.cache,
+                       target_cache=target_cache, draft_cache=draft_cache,
                        step=state.step + 1)
 
 

@@ -15,45 +15,17 @@ P candidates of a dynamic tree, V vocab.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specjax.core import sampling, tree
+from specjax.core.proposal import Proposal
 from specjax.core.state import LoopConfig, gather_rows, split_keys
 from specjax.core.steps import Bound, nonfinite
 from specjax.models.base import Tree
-
-
-class Proposal(NamedTuple):
-  """A tree of N nodes per row below each row's last token.
-
-  Attributes:
-    tokens: [B, N] int32, the nodes' tokens, breadth-first (a parent before its children).
-    parents: [B, N] int32, each node's parent (-1 the root).
-    depth: [B, N] int32, each node's depth, 1 .. D.
-    visible: [B, M, M] (or [M, M] for a static tree) bool, ancestor-or-self of each tree
-      slot: the verify call's mask and the accepted path's lookup, made once.
-    q: [B, N, V] float32, the distribution each token was drawn from (a one-hot for a
-      deterministic choice); None when greedy.
-    cache: the draft's cache.
-    draft_path_slots: [B, N] int32, the draft's own scratch node index of each node (the
-      nodes it fed), for moving the accepted path in its cache (`tree.compact`).
-    draft_nodes: the draft's scratch nodes (static).
-    nonfinite: [B] bool, rows whose draft logits held a NaN or an infinity.
-  """
-
-  tokens: jax.Array
-  parents: jax.Array
-  depth: jax.Array
-  visible: jax.Array
-  q: Optional[jax.Array]
-  cache: Any
-  draft_path_slots: jax.Array
-  draft_nodes: int
-  nonfinite: jax.Array
 
 
 def tree_call(base: jax.Array, slot_depth: jax.Array, visible: jax.Array, offset: int,
@@ -133,10 +105,11 @@ def grow_static(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, param
   tokens = jnp.concatenate(all_tokens, axis=1)
   batch, num = tokens.shape
   rows = lambda a: jnp.broadcast_to(jnp.asarray(a, jnp.int32), (batch, num))
+  q = None if cfg.sampling.greedy else jnp.concatenate(all_q, axis=1)
   return Proposal(tokens=tokens, parents=rows(parents), depth=rows(depth),
-                  visible=jnp.asarray(visible), q=None if cfg.sampling.greedy else jnp.concatenate(all_q, axis=1),
-                  cache=cache, draft_path_slots=rows(np.arange(num)), draft_nodes=num,
-                  nonfinite=bad)
+                  visible=jnp.asarray(visible), q=q, state=cache, nonfinite=bad,
+                  drafted=jnp.full((batch,), num, jnp.int32), slots=rows(np.arange(num)),
+                  scratch=num)
 
 
 def _scores(logits: jax.Array) -> jax.Array:
@@ -208,9 +181,9 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
   q = None if cfg.sampling.greedy else jax.nn.one_hot(new_tokens, logits.shape[-1],
                                                       dtype=jnp.float32)
   return Proposal(tokens=new_tokens, parents=new_parents, depth=pool_depth[chosen],
-                  visible=tree.ancestors(new_parents), q=q, cache=cache,
-                  draft_path_slots=jnp.take_along_axis(fed, chosen, 1),
-                  draft_nodes=draft_nodes, nonfinite=bad)
+                  visible=tree.ancestors(new_parents), q=q, state=cache, nonfinite=bad,
+                  drafted=jnp.full((batch,), spec.nodes, jnp.int32),
+                  slots=jnp.take_along_axis(fed, chosen, 1), scratch=draft_nodes)
 
 
 def propose(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, params,

@@ -1,7 +1,8 @@
-"""One iteration with a token tree: the draft proposes a tree (`specjax.core.tree_draft`),
-the target scores the root and every node in ONE call with a tree mask, the exact tree rule
-(`specjax.core.tree_accept`) keeps a root path plus one token of the target's, and both
-caches get the accepted path moved into place (`specjax.core.tree.compact`).
+"""One iteration with a token tree: the proposer proposes a tree
+(`specjax.core.proposal`), the target scores the root and every node in ONE call with a
+tree mask, the exact tree rule (`specjax.core.tree_accept`) keeps a root path plus one
+token of the target's, the target's cache gets the accepted path moved into place
+(`specjax.core.tree.compact`), and the proposer is told what was kept.
 
 Shape letters: B rows, N nodes, M = N + 1 tree slots, D depth, V vocab.
 """
@@ -10,12 +11,13 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from specjax.core import sampling, tree, tree_accept, tree_draft
+from specjax.core.proposal import Proposal
 from specjax.core.state import (DecodeState, LoopConfig, commit, count_call, gather_rows,
                                 split_keys)
 from specjax.core.steps import Bound, nonfinite
 
 
-def verify_tree(target: Bound, cache, last, proposal: tree_draft.Proposal, pos):
+def verify_tree(target: Bound, cache, last, proposal: Proposal, pos):
   """The ONE target call of an iteration: the root and the N nodes, each seeing its
   ancestors: (logits [B, M, V], the target's cache)."""
   fed = jnp.concatenate([last[:, None], proposal.tokens], axis=1)  # [B, M]
@@ -26,15 +28,15 @@ def verify_tree(target: Bound, cache, last, proposal: tree_draft.Proposal, pos):
 
 def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
               state: DecodeState) -> DecodeState:
-  """One iteration: draft a tree, verify it in ONE target call, accept a path, commit."""
+  """One iteration: propose a tree, verify it in ONE target call, accept a path, commit."""
   depth, num = cfg.tree.depth_count, cfg.tree.num_nodes
   if cfg.sampling.greedy:
     keys, draft_keys, accept_keys = state.keys, None, None
   else:
     split = split_keys(state.keys, depth + 2)  # [D+2, B, ...]
     keys, draft_keys, accept_keys = split[0], split[1:depth + 1], split[depth + 1]
-  proposal = tree_draft.propose(draft, state.draft_cache, state.seq, state.pos, draft_keys,
-                                state.sampling, cfg)
+  proposal = draft.propose(state.draft_cache, state.seq, state.pos, draft_keys,
+                           state.sampling, cfg, active=~state.done)
   last = gather_rows(state.seq, state.pos)
   logits, target_cache = verify_tree(target, state.target_cache, last, proposal, state.pos)
   if cfg.sampling.greedy:
@@ -48,10 +50,7 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
                                      proposal.visible)
   target_cache = tree.compact(target_cache, target.model.cache_axes(), state.pos,
                               result.path, result.n, num)
-  draft_path = jnp.where(result.path >= 0, jnp.take_along_axis(
-      proposal.draft_path_slots, jnp.maximum(result.path, 0), axis=1), -1)
-  draft_cache = tree.compact(proposal.cache, draft.model.cache_axes(), state.pos,
-                             draft_path, result.n, proposal.draft_nodes)
+  draft_cache = draft.accepted(proposal.state, proposal, result.path, result.n, state.pos)
   block = tree_accept.accepted_tokens(proposal.tokens, result.path, result.y,
                                       result.n)  # [B, D+1]
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)

@@ -261,9 +261,12 @@ class DecodeConfig:
     if rules:
       raise ValueError(f'a tree is verified by the exact tree rule: drop '
                        f'{" and ".join(rules)}, or drop the tree')
-    if self.draft == drafts.COPY or self.draft.startswith(drafts.HYBRID):
-      raise ValueError(f'--draft {self.draft} proposes chains only: trees need a draft model '
-                       'or bigram; pass --draft NAME or --draft bigram, or drop the tree')
+    if self.draft.startswith(drafts.HYBRID):
+      raise ValueError(f'--draft {self.draft} proposes chains only: trees need a draft model, '
+                       'copy or bigram; pass --draft NAME, copy or bigram, or drop the tree')
+    if self.draft == drafts.COPY and self.tree is None:
+      raise ValueError('--draft copy grows static trees only (it has no probabilities to '
+                       'grow a dynamic tree by): pass --tree B1,B2,.. instead of --tree-nodes')
     depth = tree.depth_count
     if self.gamma != AUTO and self.gamma != depth:
       raise ValueError(f'--gamma {self.gamma} disagrees with the tree, which drafts {depth} '

@@ -1,7 +1,7 @@
 """Drafts by name for `--draft`: a model, or one of the drafts that cost nothing.
 
 - a registry name or a checkpoint: the draft model;
-- `copy`: copy from the source (`specjax.models.copy_draft`);
+- `copy`: copy from the source (`specjax.proposers.copy`);
 - `bigram`: the target's bigram table (`--draft-checkpoint table.npz`, or the bundled one of
   the demo pair);
 - `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere.
@@ -12,9 +12,9 @@ import os
 from typing import Callable, Optional, Tuple
 
 from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
-from specjax.models.bigram import load_table
-from specjax.models.copy_draft import CopyDraft
-from specjax.models.hybrid_draft import HybridDraft
+from specjax.proposers.bigram import load_table
+from specjax.proposers.copy import CopyDraft
+from specjax.proposers.hybrid import HybridDraft
 
 # The bigram table of each registry target that ships one.
 DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),

@@ -123,6 +123,15 @@ def encoder_decoder_prompt(inputs: jax.Array, start_id: int = 0) -> Tuple[jax.Ar
   return (jnp.full((batch, 1), start_id, jnp.int32), jnp.ones((batch,), jnp.int32))
 
 
+def prefill(model, params, encoded, cache, prompt: jax.Array):
+  """Writes a decoder prompt [B, P] at positions 0.. into a model's cache (P > 1 only: the
+  last prompt token is fed by the first decode call)."""
+  if prompt.shape[1] == 1:
+    return cache
+  positions = jnp.zeros((prompt.shape[0],), jnp.int32)
+  return model.decode(params, encoded, cache, prompt, positions)[1]
+
+
 def decoder_only_prompt(inputs: jax.Array, pad_id: int = 0) -> Tuple[jax.Array, jax.Array]:
   """Prompt of a decoder-only model: the right-padded inputs [B, P] themselves, and each
   row's length [B] >= 1: up to its last id that is not `pad_id` (a pad id inside a prompt

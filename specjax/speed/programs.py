@@ -42,10 +42,12 @@ from jax.sharding import Mesh
 from specjax.core import decoder, steps, tree_draft, tree_steps
 from specjax.core.sampling import SamplingMode
 from specjax.core.state import LoopConfig
+from specjax.core.proposal import Proposal
 from specjax.core.tree import TreeShape
 from specjax.models.t5 import T5
 from specjax.models.t5_config import T5Config
 from specjax.parallel import mesh as mesh_lib
+from specjax.core.model_proposer import as_proposer
 from specjax.speed.roofline import Cost, cost_of
 
 VERIFY_TOKENS = tuple(range(1, 10))  # K = 1..9: gamma 0..8 plus the last token
@@ -210,22 +212,20 @@ def program_fns(s: Setting, want: Callable[[str, str, int], bool]) -> Iterable[t
       args = (g['target_params'], g['run'].target_enc, g['run'].state)
     else:
       fn = lambda tp, dp, te, de, st, cfg=cfg: steps.step(
-          bound(s.target, tp, te), bound(s.draft, dp, de), cfg, st)
+          bound(s.target, tp, te), bound(as_proposer(s.draft), dp, de), cfg, st)
       args = (g['target_params'], g['draft_params'], g['run'].target_enc,
               g['run'].draft_enc, g['run'].state)
     yield name, program, gamma, fn, args, (len(args) - 1,)
 
 
-def _verified_tree(shape: TreeShape, tokens: jax.Array) -> tree_draft.Proposal:
+def _verified_tree(shape: TreeShape, tokens: jax.Array) -> Proposal:
   """The proposal `verify_tree` reads: the nodes' tokens [B, N] in the static shape (its
   parents and depths constant rows, as `tree_draft.grow_static` returns them)."""
   batch, num = tokens.shape
   rows = lambda a: jnp.broadcast_to(jnp.asarray(a, jnp.int32), (batch, num))
-  return tree_draft.Proposal(tokens=tokens, parents=rows(shape.parents()),
-                             depth=rows(shape.depths()),
-                             visible=jnp.asarray(shape.visible()), q=None, cache=None,
-                             draft_path_slots=rows(np.arange(num)), draft_nodes=num,
-                             nonfinite=None)
+  return Proposal(tokens=tokens, parents=rows(shape.parents()), depth=rows(shape.depths()),
+                  visible=jnp.asarray(shape.visible()), q=None, state=None, nonfinite=None,
+                  drafted=None, slots=rows(np.arange(num)), scratch=num)
 
 
 def tree_fns(s: Setting, shapes: Iterable[Sequence[int]],
@@ -261,13 +261,13 @@ def tree_fns(s: Setting, shapes: Iterable[Sequence[int]],
     if want(draft_name, 'tree_draft', n):
       def grow(p, e, c, seq, pos, sp, cfg=cfg):
         proposal = tree_draft.propose(bound(s.draft, p, e), c, seq, pos, None, sp, cfg)
-        return proposal.tokens, proposal.cache, proposal.nonfinite
+        return proposal.tokens, proposal.state, proposal.nonfinite
       yield draft_name, 'tree_draft', n, grow, (a['draft_params'], run.draft_enc,
                                                 state.draft_cache, state.seq, state.pos,
                                                 state.sampling), (2,)
     if want(pair, 'tree_iteration', n):
       fn = lambda tp, dp, te, de, st, cfg=cfg: tree_steps.tree_step(
-          bound(s.target, tp, te), bound(s.draft, dp, de), cfg, st)
+          bound(s.target, tp, te), bound(as_proposer(s.draft), dp, de), cfg, st)
       args = (a['target_params'], a['draft_params'], run.target_enc, run.draft_enc, state)
       yield pair, 'tree_iteration', n, fn, args, (len(args) - 1,)
 

@@ -2,7 +2,8 @@
 and v(K) measured on the functions the decode loop runs.
 
 - v(K) = t_K / t_1, t_K the time of `steps.verify` of K tokens (one target call);
-- c = the time of `steps.draft_step` (one draft call and its argmax) / t_1;
+- c = the time of `steps.draft_step` (one draft call and its argmax; for a proposer that
+  is not a model, its proposal of one token) / t_1;
 - the model calls of one iteration: `steps.draft_block` (the catch-up call and G - 1
   scanned steps) then `steps.verify` of G + 1 tokens, alternating as the loop runs them.
 Each is timed inside a jitted `fori_loop` (as the decode loop calls them), so dispatch
@@ -24,6 +25,7 @@ from specjax.core import steps
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import LoopConfig
 from specjax.core.steps import Bound
+from specjax.core.model_proposer import as_proposer
 
 # numpy, not jnp: importing this module must not start a backend (jax.distributed first)
 _GREEDY = SamplingParams(*(np.zeros((1,), d) for d in (np.float32, np.int32, np.float32)))
@@ -46,10 +48,14 @@ def _repeat_call(model, params, inputs, num_tokens, repeats, cache_len, draft):
   bound = Bound(model, params, model.encode(params, inputs))
   batch = inputs.shape[0]
   cfg = LoopConfig(gamma=1, max_decode_len=1)
+  proposer = draft and not hasattr(model, 'decode')  # a draft that is not a model
 
   def body(i, carry):
     cache, total = carry
-    seq, pos = _inputs_at(i, batch, cache_len, num_tokens)
+    seq, pos = _inputs_at(i, batch, cache_len, cache_len if proposer else num_tokens)
+    if proposer:  # its proposal of one token
+      d = bound.propose(cache, seq, pos, None, _GREEDY, cfg)
+      return d.state, total + d.tokens[0, 0].astype(jnp.float32)
     if draft:
       d = steps.draft_step(bound, cache, seq[:, 0], pos, None, _GREEDY, cfg)
       return d.cache, total + d.x[0].astype(jnp.float32)
@@ -95,11 +101,12 @@ def devices_used(model, params, inputs) -> int:
 
 
 def _block(draft: Bound, cache, i, batch: int, cache_len: int, gamma: int):
-  """The draft block of iteration i of a timed loop, greedy: (x [B, G], pos [B], cache)."""
+  """The draft block of iteration i of a timed loop, greedy: (x [B, G], pos [B], cache);
+  draft.model a proposer (a draft model's is `steps.draft_block`)."""
   seq, pos = _inputs_at(i, batch, cache_len, cache_len)
   cfg = LoopConfig(gamma=gamma, max_decode_len=1)
-  d = steps.draft_block(draft, cache, seq, pos, None, _GREEDY, cfg)
-  return seq[:, 0], d.x, pos, d.cache
+  d = draft.propose(cache, seq, pos, None, _GREEDY, cfg)
+  return seq[:, 0], d.tokens, pos, d.state
 
 
 @functools.partial(jax.jit, static_argnames=('target', 'draft', 'gamma', 'repeats',
@@ -107,7 +114,8 @@ def _block(draft: Bound, cache, i, batch: int, cache_len: int, gamma: int):
 def _repeat_model_calls(target, tp, draft, dp, inputs, gamma, repeats, cache_len):
   """`repeats` times the model calls of one speculative iteration, nothing else."""
   batch = inputs.shape[0]
-  t, d = (Bound(m, p, m.encode(p, inputs)) for m, p in ((target, tp), (draft, dp)))
+  t = Bound(target, tp, target.encode(tp, inputs))
+  d = Bound(as_proposer(draft), dp, draft.encode(dp, inputs))
 
   def body(i, carry):
     t_cache, d_cache, total = carry
@@ -139,7 +147,7 @@ def _repeat_draft_and_sweep(draft, dp, inputs, sweep, gamma, repeats, cache_len,
                             with_sweep):
   """`repeats` draft blocks, or reads of all of `sweep`, or both alternating."""
   batch = inputs.shape[0]
-  d = Bound(draft, dp, draft.encode(dp, inputs))
+  d = Bound(as_proposer(draft), dp, draft.encode(dp, inputs))
 
   def body(i, carry):
     d_cache, total = carry

@@ -1,29 +1,32 @@
-"""A bigram draft: the next-token distribution after the last token, from a table.
+"""A bigram proposer: the next-token distribution after the last token, from a table.
 
 The table keeps the top-k next tokens of every token with their log-probabilities (so that
 V = 32k fits: V x k entries), counted on a corpus by `scripts/build_bigram.py`; a token
 never seen before another gets the table's unigram fallback row. The draft's q is exactly
 that distribution (renormalised over the k tokens), so sampling stays exact. The paper
-reports alpha 0.20 for a bigram draft on WMT EnDe.
+reports alpha 0.20 for a bigram draft on WMT EnDe. It drafts chains token by token, and
+token trees, static or dynamic, from the table's top tokens below each node (a row depends
+on its token alone, so a tree needs no mask); it has no state.
 
 Shape letters: B rows, K tokens in this call, V vocab, k kept next tokens.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Tuple
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.models import base
+from specjax.core import proposal as proposal_lib
+from specjax.core import steps, tree_draft
 
-OFF = -1e9  # the logit of a token outside a row's top-k (finite: see copy_draft.OFF)
+OFF = -1e9  # the logit of a token outside a row's top-k (finite: see `specjax.proposers.copy.OFF`)
 
 
 @dataclasses.dataclass(frozen=True)
-class BigramDraft:
+class BigramDraft(proposal_lib.Stateless):
   """Next-token logits from a [V, k] table (params {'next': int32, 'logp': float32}).
 
   Attributes:
@@ -53,33 +56,23 @@ class BigramDraft:
   def encoded_axes(self) -> dict:
     return {}
 
-  def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
-    return base.encoder_decoder_prompt(inputs)
-
-  def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> dict:
-    del batch, max_len, dtype
-    return {}
-
-  def cache_axes(self) -> dict:
-    return {}
-
-  def decode(self, params, encoded, cache, tokens: jax.Array, positions: jax.Array,
-             tree=None, return_hidden: bool = False):
-    """Logits [B, K, V] after each of tokens [B, K]: the table's row, OFF elsewhere.
-
-    They depend on each token alone, so a token tree (`base.Tree`) changes nothing.
-
-    Raises:
-      NotImplementedError: return_hidden (a table has no hidden state).
-    """
-    del encoded, positions, tree
-    if return_hidden:
-      raise NotImplementedError('a bigram draft has no hidden state to return')
+  def logits(self, params, tokens: jax.Array) -> jax.Array:
+    """[B, K, V] after each of tokens [B, K]: the table's row, OFF elsewhere."""
     nxt = jnp.take(params['next'], tokens, axis=0)  # [B, K, k]
     logp = jnp.take(params['logp'], tokens, axis=0).astype(jnp.float32)  # [B, K, k]
     hit = nxt[..., None] == jnp.arange(self.vocab_size)[None, None, None]  # [B, K, k, V]
-    logits = jnp.max(jnp.where(hit, logp[..., None], OFF), axis=2)  # [B, K, V]
-    return logits, cache
+    return jnp.max(jnp.where(hit, logp[..., None], OFF), axis=2)
+
+  def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
+              cfg, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
+    """A chain of cfg.gamma drafts, or the tree cfg.tree grown from the table."""
+    del encoded
+    scorer = proposal_lib.Scorer(
+        lambda cache, tokens, positions, tree=None: (self.logits(params, tokens), cache))
+    if cfg.tree is not None:
+      return tree_draft.propose(scorer, state, seq, pos, keys, sampling, cfg)
+    d = steps.draft_block(scorer, state, seq, pos, keys, sampling, cfg, active=active)
+    return proposal_lib.chain(d.x, d.q, state, d.nonfinite, d.confidence)
 
 
 def table_from_counts(counts: np.ndarray, top_k: int) -> dict:

@@ -1,0 +1,131 @@
+"""Tokens per target call of the proposers that cost nothing, chains against trees: the
+copy of earlier text (static trees of several earlier matches) and the bundled bigram
+table (static and dynamic top-k trees), on the bundled tasks' first test lines, at each
+temperature.
+
+    python scripts/proposer_trees.py --json docs/proposer_trees.json --markdown docs/benchmarks.md
+
+Tokens per target call is hardware-free; programs compile at XLA's lowest optimisation
+level (as scripts/tree_tokens_per_call.py's sweep does). Every figure comes from
+`specjax.core.figures.decode_figures`; a greedy row says whether its output is the target
+alone's. With --markdown, the section "## Trees of the copy and bigram proposers" of that
+file is written (replaced where it is already there).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tree_tokens_per_call as sweep  # pylint: disable=wrong-import-position  # sets XLA flags
+
+import jax  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+
+import specjax  # pylint: disable=wrong-import-position
+from specjax.bench import trees as bench_trees  # pylint: disable=wrong-import-position
+from specjax.core.figures import decode_figures  # pylint: disable=wrong-import-position
+from specjax.core.sampling import SamplingConfig  # pylint: disable=wrong-import-position
+from specjax.job import drafts  # pylint: disable=wrong-import-position
+
+SECTION = '## Trees of the copy and bigram proposers'
+SETTINGS = {
+    'copy': ['chain 2', 'chain 4', 'chain 6', 'chain 8', '2,1,1,1', '3,1,1,1', '4,1,1,1',
+             '3,1,1,1,1,1'],
+    'bigram': ['chain 1', 'chain 2', 'chain 3', '2,1', '2,2,1', '4,2,1', 'dynamic:16:4:4'],
+}
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument('--tasks', default='ende,manpages', help='of ' + ', '.join(sweep.TASKS))
+  p.add_argument('--num-examples', type=int, default=64, help='first test lines of each task')
+  p.add_argument('--batch-size', type=int, default=8, help='rows (slots), refilled')
+  p.add_argument('--max-decode-len', type=int, default=48)
+  p.add_argument('--temperatures', default='0,1')
+  p.add_argument('--seeds', type=int, default=2, help='decodes per sampled setting (pooled)')
+  p.add_argument('--json', required=True, help='the results')
+  p.add_argument('--markdown', help=f'write its "{SECTION}" section into this file')
+  return p.parse_args(argv)
+
+
+def run_task(task: str, args) -> list:
+  target, tp, _, _, inputs = sweep.load_task(task, args.num_examples)
+  name = sweep.TASKS[task] + 'target'
+  proposers = {'copy': (drafts.copy_draft(target), {}),
+               'bigram': drafts.resolve_draft('bigram', target, name, None)}
+  kw = dict(max_decode_len=args.max_decode_len, slots=args.batch_size)
+  reference = jax.tree.map(np.asarray, specjax.autoregressive_decode(target, tp, inputs, **kw))
+  rows = []
+  for temperature in (float(t) for t in args.temperatures.split(',')):
+    sampling = SamplingConfig(temperature=temperature)
+    seeds = range(1 if sampling.greedy else args.seeds)
+    for kind, labels in SETTINGS.items():
+      draft, dp = proposers[kind]
+      for label in labels:
+        gamma = int(label.split()[1]) if label.startswith('chain') else None
+        tree = None if gamma else bench_trees.parse_one(label)
+        outputs = [jax.tree.map(np.asarray, specjax.speculative_decode(
+            target, tp, draft, dp, inputs, gamma=gamma, tree=tree, sampling=sampling,
+            rng=jax.random.PRNGKey(seed), **kw)) for seed in seeds]
+        f = decode_figures(jax.tree.map(lambda *a: np.concatenate(a),
+                                        *[o.stats for o in outputs]))
+        row = {'task': task, 'proposer': kind, 'shape': label, 'temperature': temperature,
+               'nodes': gamma or tree.num_nodes, 'tokens_per_call': float(f.tokens_per_call),
+               'alpha': None if f.alpha is None else float(f.alpha), 'seeds': len(seeds)}
+        if sampling.greedy:
+          row['identical_to_target'] = bool(np.array_equal(outputs[0].tokens,
+                                                           reference.tokens))
+        rows.append(row)
+        print(f'{task:8s} T {temperature:.0f} {kind:6s} {label:16s} '
+              f'tok/call {row["tokens_per_call"]:.3f}'
+              + (f' identical {row["identical_to_target"]}' if sampling.greedy else ''),
+              file=sys.stderr, flush=True)
+  return rows
+
+
+def markdown(rows: list, command: str) -> str:
+  lines = [SECTION, '', f'`{command}`', '',
+           'Tokens per target call (hardware-free) of the best chain and the best tree of '
+           'each proposer; every greedy row was identical to the target alone '
+           '(`identical_to_target` in the JSON).', '',
+           '| task | T | proposer | best chain | tok/call | best tree | nodes | tok/call | '
+           'x chain |', '|---|---|---|---|---|---|---|---|---|']
+  keys = sorted({(r['task'], r['temperature'], r['proposer']) for r in rows},
+                key=lambda k: (k[0], k[1], k[2]))
+  for task, temperature, kind in keys:
+    mine = [r for r in rows if (r['task'], r['temperature'], r['proposer']) ==
+            (task, temperature, kind)]
+    chain = max((r for r in mine if r['shape'].startswith('chain')),
+                key=lambda r: r['tokens_per_call'])
+    tree = max((r for r in mine if not r['shape'].startswith('chain')),
+               key=lambda r: r['tokens_per_call'])
+    lines.append(f'| {task} | {temperature:g} | {kind} | {chain["shape"]} | '
+                 f'{chain["tokens_per_call"]:.2f} | {tree["shape"]} | {tree["nodes"]} | '
+                 f'{tree["tokens_per_call"]:.2f} | '
+                 f'{tree["tokens_per_call"] / chain["tokens_per_call"]:.2f} |')
+  return '\n'.join(lines) + '\n'
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  rows = [row for task in args.tasks.split(',') for row in run_task(task, args)]
+  greedy = [r for r in rows if 'identical_to_target' in r]
+  if not all(r['identical_to_target'] for r in greedy):
+    print('error: a greedy row is not the target alone\'s output', file=sys.stderr)
+    return 1
+  with open(args.json, 'w', encoding='utf-8') as f:
+    json.dump({'settings': vars(args), 'rows': rows}, f, indent=1)
+  if args.markdown:
+    command = 'python scripts/proposer_trees.py --json docs/proposer_trees.json ' \
+              '--markdown docs/benchmarks.md'
+    sweep.SECTION = SECTION
+    sweep.write_section(args.markdown, markdown(rows, command))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,173 @@
+"""The proposer protocol: what drafts the tokens that the target verifies.
+
+A proposer owns its state (a draft model's KV cache, nothing at all for a copy of the
+input or a bigram table, later heads or n-gram pools), proposes a tree of N nodes per row
+below each row's last token, and is told what the target accepted. A chain of G drafts
+is the tree whose node i has parent i - 1; the token and block rules read chains, the tree
+rule (`specjax.core.tree_accept`) any tree. The loop (`specjax.core.steps`,
+`specjax.core.tree_steps`) speaks to a proposer only through this protocol; a draft model
+becomes one through `specjax.core.model_proposer.as_proposer`.
+
+Exactness needs one thing of a proposer: the children of a node are drawn independently of
+the target's randomness and of each other, each from the distribution it reports (`q`,
+a one-hot for a deterministic choice such as a top-k or a copied token).
+
+Shape letters: B rows, N nodes (G for a chain), M = N + 1 tree slots, D depth, V vocab,
+W sequence width, P decoder prompt length.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PyTree = Any
+
+
+class Proposal(NamedTuple):
+  """A tree of N nodes per row below each row's last token (the root, depth 0).
+
+  Attributes:
+    tokens: [B, N] int32, the nodes' tokens, breadth-first (a parent before its children).
+    parents: [B, N] int32, each node's parent (-1 the root).
+    depth: [B, N] int32, each node's depth, 1 .. D.
+    visible: [B, M, M] (or [M, M] when every row has the same shape) bool,
+      ancestor-or-self of each tree slot (slot 0 the root, slot i + 1 node i): the verify
+      call's mask and the accepted path's lookup, made once.
+    q: [B, N, V] float32, the distribution each token was drawn from (a one-hot for a
+      deterministic choice); None when greedy.
+    state: the proposer's state after proposing (`Proposer.accepted` gets it back).
+    nonfinite: [B] bool, rows whose draft scores held a NaN or an infinity.
+    drafted: [B] int32, how many of the N nodes each row proposes (a chain cut short by a
+      confidence threshold proposes fewer; otherwise N).
+    slots: [B, N] int32, the proposer's own scratch slot of each node (a draft model's
+      tree cache layout), or None when its state has no tree layout.
+    scratch: the number of those scratch slots (static).
+  """
+
+  tokens: jax.Array
+  parents: jax.Array
+  depth: jax.Array
+  visible: Any
+  q: Optional[jax.Array]
+  state: Any
+  nonfinite: jax.Array
+  drafted: jax.Array
+  slots: Optional[jax.Array] = None
+  scratch: int = 0
+
+
+class Scorer(NamedTuple):
+  """Next-token scores of a proposer that is not a model, in the shape the chain and tree
+  builders (`specjax.core.steps.draft_block`, `specjax.core.tree_draft`) read from a draft
+  model: `decode(state, tokens [B, K], positions [B], tree=None)` -> (logits [B, K, V],
+  state), the logits after each token.
+
+  Attributes:
+    decode: that function.
+  """
+
+  decode: Callable
+
+
+def chain(tokens: jax.Array, q: Optional[jax.Array], state: Any, nonfinite: jax.Array,
+          drafted: jax.Array) -> Proposal:
+  """The Proposal of a chain of G drafts x [B, G] (node i's parent is i - 1)."""
+  batch, gamma = tokens.shape
+  rows = lambda a: jnp.broadcast_to(jnp.asarray(a, jnp.int32), (batch, gamma))
+  visible = np.tril(np.ones((gamma + 1, gamma + 1), bool))  # [M, M]: every earlier slot
+  return Proposal(tokens=tokens, parents=rows(np.arange(gamma) - 1),
+                  depth=rows(np.arange(1, gamma + 1)), visible=visible, q=q, state=state,
+                  nonfinite=nonfinite, drafted=drafted)
+
+
+def chain_path(n: jax.Array, gamma: int) -> jax.Array:
+  """The accepted nodes of a chain whose first n [B] drafts were accepted: [B, G] (-1
+  past n)."""
+  nodes = jnp.arange(gamma, dtype=jnp.int32)[None]
+  return jnp.where(nodes < n[:, None], nodes, -1)
+
+
+class Proposer(Protocol):
+  """What the decode loop needs of a proposer.
+
+  A proposer is a static, hashable description (as a model is); its params (a draft
+  model's weights, a bigram table, {} for a copy) are passed to every call, never closed
+  over. Its per-row state is laid out like a model's cache: `init_cache` and
+  `cache_axes` (each leaf names its 'batch' axis, and its 'length' axis where it has one),
+  so a mesh shards it and a refill resets it as it does a cache.
+
+  Attributes:
+    vocab_size: V, the target's.
+    eos_id, pad_id: the target's.
+  """
+
+  vocab_size: int
+  eos_id: int
+  pad_id: int
+
+  def init(self, rng: jax.Array) -> PyTree:
+    """Params (random for a model, a uniform table, {})."""
+
+  def param_axes(self) -> PyTree:
+    """The params' logical axes."""
+
+  def encode(self, params: PyTree, inputs: jax.Array) -> PyTree:
+    """What it keeps of each input [B, S] (an encoder's output, the source ids)."""
+
+  def encoded_axes(self) -> PyTree:
+    """Its leaves' logical axes."""
+
+  def init_cache(self, batch: int, length: int, dtype: Any = None) -> PyTree:
+    """Its per-row state for sequences of `length` W."""
+
+  def cache_axes(self) -> PyTree:
+    """The state's logical axes."""
+
+  def prefill(self, params: PyTree, encoded: PyTree, state: PyTree,
+              prompt: jax.Array) -> PyTree:
+    """The state after the decoder prompt [B, P] (its last token comes with the first
+    proposal)."""
+
+  def propose(self, params: PyTree, encoded: PyTree, state: PyTree, seq: jax.Array,
+              pos: jax.Array, keys: Optional[jax.Array], sampling: Any, cfg: Any,
+              active: Optional[jax.Array] = None) -> Proposal:
+    """The tree below each row's last token.
+
+    Args:
+      params, encoded, state: its own.
+      seq: [B, W] int32, the rows' committed tokens; pos: [B] the last one's position.
+      keys: [D, B, ...] a key per depth (a chain: per draft) and row; None when greedy.
+      sampling: the rows' `specjax.core.sampling.SamplingParams`.
+      cfg: the `specjax.core.state.LoopConfig`: cfg.tree the shape (None: a chain of
+        cfg.gamma drafts), cfg.sampling the static mode, cfg.rule the threshold.
+      active: [B] bool, the rows still decoding.
+    """
+
+  def accepted(self, state: PyTree, proposal: Proposal, path: jax.Array, n: jax.Array,
+               pos: jax.Array) -> PyTree:
+    """The state once the target kept path [B, D] (node indices, -1 past n [B]) below the
+    root at pos [B]."""
+
+
+class Stateless:
+  """The state methods of a proposer that keeps none (a copy, a bigram table)."""
+
+  def init_cache(self, batch: int, length: int, dtype: Any = None) -> dict:
+    """No state: what it reads is the committed sequence the loop passes."""
+    del batch, length, dtype
+    return {}
+
+  def cache_axes(self) -> dict:
+    return {}
+
+  def prefill(self, params, encoded, state, prompt: jax.Array) -> dict:
+    del params, encoded, prompt
+    return state
+
+  def accepted(self, state, proposal, path, n, pos):
+    """Nothing to update."""
+    del proposal, path, n, pos
+    return state
