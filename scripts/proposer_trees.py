@@ -49,6 +49,8 @@ def parse_args(argv=None):
   p.add_argument('--seeds', type=int, default=2, help='decodes per sampled setting (pooled)')
   p.add_argument('--json', required=True, help='the results')
   p.add_argument('--markdown', help=f'write its "{SECTION}" section into this file')
+  p.add_argument('--render', action='store_true',
+                 help='only write the --markdown section from --json (no decode)')
   return p.parse_args(argv)
 
 
@@ -94,6 +96,7 @@ def markdown(rows: list, command: str) -> str:
            '(`identical_to_target` in the JSON).', '',
            '| task | T | proposer | best chain | tok/call | best tree | nodes | tok/call | '
            'x chain |', '|---|---|---|---|---|---|---|---|---|']
+  gains = {}
   keys = sorted({(r['task'], r['temperature'], r['proposer']) for r in rows},
                 key=lambda k: (k[0], k[1], k[2]))
   for task, temperature, kind in keys:
@@ -103,22 +106,30 @@ def markdown(rows: list, command: str) -> str:
                 key=lambda r: r['tokens_per_call'])
     tree = max((r for r in mine if not r['shape'].startswith('chain')),
                key=lambda r: r['tokens_per_call'])
+    gain = tree['tokens_per_call'] / chain['tokens_per_call']
+    gains.setdefault(kind, []).append(gain)
     lines.append(f'| {task} | {temperature:g} | {kind} | {chain["shape"]} | '
                  f'{chain["tokens_per_call"]:.2f} | {tree["shape"]} | {tree["nodes"]} | '
-                 f'{tree["tokens_per_call"]:.2f} | '
-                 f'{tree["tokens_per_call"] / chain["tokens_per_call"]:.2f} |')
+                 f'{tree["tokens_per_call"]:.2f} | {gain:.2f} |')
+  lines += ['', 'Best tree over best chain, tokens per call: ' + '; '.join(
+      f'{kind} {min(g):.2f}-{max(g):.2f}x' for kind, g in sorted(gains.items())) + '.']
   return '\n'.join(lines) + '\n'
 
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  rows = [row for task in args.tasks.split(',') for row in run_task(task, args)]
+  if args.render:
+    with open(args.json, encoding='utf-8') as f:
+      rows = json.load(f)['rows']
+  else:
+    rows = [row for task in args.tasks.split(',') for row in run_task(task, args)]
   greedy = [r for r in rows if 'identical_to_target' in r]
   if not all(r['identical_to_target'] for r in greedy):
     print('error: a greedy row is not the target alone\'s output', file=sys.stderr)
     return 1
-  with open(args.json, 'w', encoding='utf-8') as f:
-    json.dump({'settings': vars(args), 'rows': rows}, f, indent=1)
+  if not args.render:
+    with open(args.json, 'w', encoding='utf-8') as f:
+      json.dump({'settings': vars(args), 'rows': rows}, f, indent=1)
   if args.markdown:
     command = 'python scripts/proposer_trees.py --json docs/proposer_trees.json ' \
               '--markdown docs/benchmarks.md'

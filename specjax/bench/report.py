@@ -241,23 +241,25 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
   reports.write_text(path, '\n'.join(lines) + kept_section(path))
 
 
-# A section another generator writes into the bench's report (scripts/tree_tokens_per_call.py):
-# a rerun of the bench keeps it, at the end.
-KEPT = '## Token trees'
+# Sections other generators write into the bench's report (scripts/tree_tokens_per_call.py,
+# scripts/proposer_trees.py): a rerun of the bench keeps them, at the end.
+KEPT = ('## Token trees', '## Trees of the copy and bigram proposers')
 
 
 def kept_section(path: str) -> str:
-  """The KEPT section of the report already at `path` ('' when none), to append."""
+  """The KEPT sections of the report already at `path` ('' when none), to append."""
   try:
     with open(path, encoding='utf-8') as f:
       old = f.read()
   except OSError:
     return ''
-  at = old.find('\n' + KEPT + '\n')
-  if at < 0:
-    return ''
-  end = old.find('\n## ', at + 1)
-  return '\n' + old[at + 1:end + 1 if end >= 0 else len(old)].rstrip('\n') + '\n'
+  out = ''
+  for title in KEPT:
+    at = old.find('\n' + title + '\n')
+    if at >= 0:
+      end = old.find('\n## ', at + 1)
+      out += '\n' + old[at + 1:end + 1 if end >= 0 else len(old)].rstrip('\n') + '\n'
+  return out
 
 
 _VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'threshold_rule', 'gamma',
