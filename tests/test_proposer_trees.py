@@ -59,7 +59,7 @@ def test_greedy_trees_of_copy_and_bigram_are_the_targets_on_demo_lines(demo_pair
   assert int(out.stats.accepted.sum()) > 0
 
 
-def test_greedy_copy_tree_is_the_targets_on_manpages_lines(manpages_pair):
+def test_greedy_copy_and_bigram_trees_are_the_targets_on_manpages_lines(manpages_pair):
   target, tp, _, _ = manpages_pair
   inputs = _test_lines('manpages_', 8)
   kw = dict(max_decode_len=16)
@@ -69,6 +69,10 @@ def test_greedy_copy_tree_is_the_targets_on_manpages_lines(manpages_pair):
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   # a summary copies its page: several tokens per call
   assert out.stats.tokens_per_call > 1.5
+  bigram, table = drafts.resolve_draft('bigram', target, 'manpages_target', None)
+  out = specjax.speculative_decode(target, tp, bigram, table, inputs, tree='3,2,1', **kw)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert int(out.stats.accepted.sum()) > 0
 
 
 @pytest.mark.parametrize('family', ['llama', 'gpt2'])

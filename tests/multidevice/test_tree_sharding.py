@@ -18,6 +18,8 @@ from specjax.core.tree import DynamicTree
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny, t5_tiny_draft
 from specjax.parallel import mesh as mesh_lib
+from specjax.proposers.bigram import BigramDraft, table_from_counts
+from specjax.proposers.copy import CopyDraft
 
 MAX_LEN = 12
 RNG = jax.random.PRNGKey(5)
@@ -58,6 +60,31 @@ def test_tree_decode_on_a_mesh_with_refill_equals_unsharded(pair_and_inputs, ref
   if temperature == 0.0:  # greedy: the target's own output
     alone = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=MAX_LEN)
     np.testing.assert_array_equal(out.tokens, alone.tokens)
+
+
+@pytest.mark.parametrize('kind', ['copy', 'bigram'])
+def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_and_inputs,
+                                                                          kind):
+  """Sampled with refill on a 2x4 mesh: the copy's static tree of earlier matches, the
+  bigram table's dynamic tree; greedy rows of the same run stay the target's."""
+  target, tp, _, _, inputs = pair_and_inputs
+  vocab = target.vocab_size
+  if kind == 'copy':
+    draft, dp, shape = CopyDraft(vocab, eos_id=target.eos_id), {}, '3,1,1'
+  else:
+    draft, dp = BigramDraft(vocab, 3), table_from_counts(
+        np.random.default_rng(4).integers(0, 9, (vocab, vocab)), 3)
+    shape = DynamicTree(6, 3, 2)
+  rows = [specjax.SamplingConfig(temperature=t) for t in (0.0, 1.0) * 8]
+  kw = dict(tree=shape, max_decode_len=MAX_LEN, rng=RNG, sampling=rows)
+  ref = specjax.speculative_decode(target, tp, draft, dp, inputs, **kw)
+  out = specjax.speculative_decode(target, tp, draft, dp, inputs, slots=8,
+                                   mesh=mesh_lib.make_mesh(shape=(2, 4)), **kw)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  for counter in ('target_calls', 'drafted', 'accepted'):
+    np.testing.assert_array_equal(getattr(out.stats, counter), getattr(ref.stats, counter))
+  alone = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=MAX_LEN)
+  np.testing.assert_array_equal(np.asarray(out.tokens)[::2], np.asarray(alone.tokens)[::2])
 
 
 SENTENCES = ['Unable to open the file', 'Save changes before closing?', 'Print the page',
