@@ -106,7 +106,9 @@ class DecodeConfig:
                              'depth, e.g. 4,2,2,1 (the draft\'s top 4 tokens below the last '
                              'one, its top 2 below each of those, ...); the target verifies '
                              'every node in ONE call and keeps the deepest path the exact '
-                             'tree rule accepts; gamma is the depth (no --gamma auto)',
+                             'tree rule accepts; gamma is the depth (no --gamma auto); '
+                             'with --draft copy: the next tokens of the best different '
+                             'earlier matches, with --draft bigram: the table\'s top tokens',
                              metavar='B1,B2,...')
   tree_nodes: Optional[int] = flag(None, 'a dynamic token tree (EAGLE-2) instead: N nodes '
                                    'verified per call, grown per row from the draft\'s '
