@@ -1,5 +1,7 @@
-"""The draft model as a proposer of token trees: a static shape (`tree.TreeShape`) or a tree
-grown per row from the draft's own probabilities (`tree.DynamicTree`, EAGLE-2).
+"""Token trees grown from a draft's next-token scores: a static shape (`tree.TreeShape`) or a
+tree grown per row from the draft's own probabilities (`tree.DynamicTree`, EAGLE-2). The
+draft is a model (`specjax.core.model_proposer`) or a proposer's scores in a model's shape
+(`specjax.core.proposal.Scorer`: a bigram table); either returns a `Proposal`.
 
 Both start with the chain's catch-up call (two tokens at positions pos - 1 and pos, so
 that the draft's cache holds every committed token), then feed one depth's nodes per call
