@@ -73,8 +73,7 @@ def run_task(task: str, args) -> list:
         outputs = [jax.tree.map(np.asarray, specjax.speculative_decode(
             target, tp, draft, dp, inputs, gamma=gamma, tree=tree, sampling=sampling,
             rng=jax.random.PRNGKey(seed), **kw)) for seed in seeds]
-        f = decode_figures(jax.tree.map(lambda *a: np.concatenate(a),
-                                        *[o.stats for o in outputs]))
+        f = decode_figures(sweep.pooled(outputs))
         row = {'task': task, 'proposer': kind, 'shape': label, 'temperature': temperature,
                'nodes': gamma or tree.num_nodes, 'tokens_per_call': float(f.tokens_per_call),
                'alpha': None if f.alpha is None else float(f.alpha), 'seeds': len(seeds)}

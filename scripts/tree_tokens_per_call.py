@@ -120,7 +120,7 @@ def settings(args):
   return out
 
 
-def _pooled(outputs):
+def pooled(outputs):
   """The stats of several decodes as one decode's rows (counters concatenated)."""
   return jax.tree.map(lambda *a: np.concatenate(a), *[o.stats for o in outputs])
 
@@ -139,7 +139,7 @@ def sweep_task(task: str, args) -> dict:
       outputs = [jax.tree.map(np.asarray, specjax.speculative_decode(
           target, tp, draft, dp, inputs, gamma=gamma, tree=tree, sampling=sampling,
           rng=jax.random.PRNGKey(seed), **kw)) for seed in seeds]
-      stats = _pooled(outputs)
+      stats = pooled(outputs)
       if tree is not None:
         row = bench_trees.figures_row(stats, tree)
       else:

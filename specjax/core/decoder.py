@@ -24,10 +24,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from specjax.core import loop
+from specjax.core.model_proposer import as_proposer
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import DecodeOutput, LoopConfig
 from specjax.parallel import rules as axis_rules
-from specjax.core.model_proposer import as_proposer
 
 PyTree = Any
 

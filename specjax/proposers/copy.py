@@ -89,6 +89,11 @@ def best_matches(history: jax.Array, texts: List[Tuple[jax.Array, bool]],
   return jnp.stack(tokens, axis=2).astype(jnp.int32), jnp.stack(found, axis=2)
 
 
+def point_mass(token: jax.Array, vocab_size: int) -> jax.Array:
+  """[..., V] float32 logits of a point mass on each of token [...]: 0 there, OFF elsewhere."""
+  return jnp.where(jnp.arange(vocab_size) == token[..., None], 0.0, OFF).astype(jnp.float32)
+
+
 def _history(ids: jax.Array, query: jax.Array, ngram: int) -> jax.Array:
   """[B, K, N]: the N tokens of ids [B, W] up to each query position [B, K]."""
   back = query[:, :, None] - ngram + 1 + jnp.arange(ngram)[None, None]  # [B, K, N]
@@ -140,13 +145,12 @@ class CopyDraft(proposal_lib.Stateless):
   def _logits(self, token: jax.Array, found: jax.Array) -> jax.Array:
     """[B, K, V]: 0 at each proposal and OFF elsewhere (a point mass), or the fallback's
     where nothing matched."""
-    vocab = jnp.arange(self.vocab_size)[None, None]
-    point = jnp.where(vocab == token[..., None], 0.0, OFF)
+    point = point_mass(token, self.vocab_size)
     if self.fallback == 'eos':
-      other = jnp.where(vocab == self.eos_id, 0.0, OFF)
+      other = point_mass(jnp.full_like(token, self.eos_id), self.vocab_size)
     else:
       other = jnp.zeros_like(point)
-    return jnp.where(found[..., None], point, other).astype(jnp.float32)
+    return jnp.where(found[..., None], point, other)
 
   def lookup(self, encoded: dict, ids: jax.Array, tokens: jax.Array, positions: jax.Array):
     """Writes tokens [B, K] into the history ids [B, W] at positions [B]: (ids, the

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from specjax.core import proposal as proposal_lib
 from specjax.core import steps
 from specjax.models import base
-from specjax.proposers.copy import OFF, CopyDraft
+from specjax.proposers.copy import CopyDraft, point_mass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,15 +82,15 @@ class HybridDraft:
     if cfg.tree is not None:
       raise ValueError('the copy+model draft drafts chains only; pass --draft copy, '
                        '--draft bigram or --draft NAME for a tree, or drop the tree')
+
     def decode(cache, tokens, positions, tree=None):
       del tree
       ids, model_cache = cache
       logits, model_cache = self.model.decode(params, encoded['model'], model_cache, tokens,
                                               positions)
       ids, token, found = self.copy.lookup(encoded['copy'], ids, tokens, positions)
-      point = jnp.where(jnp.arange(self.vocab_size)[None, None] == token[..., None], 0.0,
-                        OFF)  # [B, K, V]
-      logits = jnp.where(found[..., None], point, logits.astype(jnp.float32))
+      logits = jnp.where(found[..., None], point_mass(token, self.vocab_size),
+                         logits.astype(jnp.float32))  # [B, K, V]
       return logits, (ids, model_cache)
 
     d = steps.draft_block(proposal_lib.Scorer(decode), (seq.astype(jnp.int32), state), seq,
