@@ -57,16 +57,31 @@ def parse_args(argv=None):
 def run_task(task: str, args) -> list:
   target, tp, _, _, inputs = sweep.load_task(task, args.num_examples)
   name = sweep.TASKS[task] + 'target'
-  proposers = {'copy': (drafts.copy_draft(target), {}),
-               'bigram': drafts.resolve_draft('bigram', target, name, None)}
+  proposers = {'copy': (drafts.copy_draft(target), {}, SETTINGS['copy']),
+               'bigram': (*drafts.resolve_draft('bigram', target, name, None),
+                          SETTINGS['bigram'])}
+  return decode_rows(task, target, tp, inputs, proposers, args)
+
+
+def decode_rows(task: str, target, tp, inputs, proposers: dict, args) -> list:
+  """A row per proposer, chain or tree label ('chain G', a tree of
+  `specjax.bench.trees.parse_one`) and temperature: tokens per call and alpha, pooled over
+  args.seeds sampled decodes; a greedy row says whether it is the target alone's output.
+
+  Args:
+    task: its name in the rows.
+    target, tp: the target and its params.
+    inputs: [N, S] the task's lines.
+    proposers: name -> (draft, params, labels).
+    args: num_examples, batch_size, max_decode_len, temperatures, seeds.
+  """
   kw = dict(max_decode_len=args.max_decode_len, slots=args.batch_size)
   reference = jax.tree.map(np.asarray, specjax.autoregressive_decode(target, tp, inputs, **kw))
   rows = []
   for temperature in (float(t) for t in args.temperatures.split(',')):
     sampling = SamplingConfig(temperature=temperature)
     seeds = range(1 if sampling.greedy else args.seeds)
-    for kind, labels in SETTINGS.items():
-      draft, dp = proposers[kind]
+    for kind, (draft, dp, labels) in proposers.items():
       for label in labels:
         gamma = int(label.split()[1]) if label.startswith('chain') else None
         tree = None if gamma else bench_trees.parse_one(label)
@@ -81,7 +96,7 @@ def run_task(task: str, args) -> list:
           row['identical_to_target'] = bool(np.array_equal(outputs[0].tokens,
                                                            reference.tokens))
         rows.append(row)
-        print(f'{task:8s} T {temperature:.0f} {kind:6s} {label:16s} '
+        print(f'{task:8s} T {temperature:.0f} {kind:12s} {label:16s} '
               f'tok/call {row["tokens_per_call"]:.3f}'
               + (f' identical {row["identical_to_target"]}' if sampling.greedy else ''),
               file=sys.stderr, flush=True)

@@ -150,7 +150,7 @@ def run_bench(args) -> dict:
   best = max(greedy, key=lambda r: r['speedup'])
   result['draft_after_sweep'] = {'gamma': best['gamma'], **timing.draft_after_sweep(
       draft, dp, batches[0][:size], best['gamma'], timing.params_bytes(tp), repeats,
-      cache_len, args.rounds)}
+      cache_len, args.rounds, target_params=tp)}
   if args.peers == 'hf':
     result['peers'] = peers.peer_summary(target, tp, draft, dp, inputs, max_len,
                                           best['gamma'], greedy_tokens, args.seed,

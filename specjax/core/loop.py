@@ -26,6 +26,7 @@ from specjax.core import steps, tree_steps
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import (DecodeOutput, DecodeState, DecodeStats, LoopConfig,
                                 extract_output)
+from specjax.core.proposal import draft_view
 from specjax.core.steps import Bound
 from specjax.models import base
 
@@ -153,7 +154,8 @@ def start(target, tp, draft, dp, inputs: jax.Array, num_inputs: jax.Array,
   seq = jnp.zeros((slots, width), jnp.int32).at[:, :prompt.shape[1]].set(prompt)
   has_input = jnp.arange(slots) < num_inputs
   target_cache = base.prefill(target, tp, target_enc, target.init_cache(slots, width), prompt)
-  draft_cache = (draft.prefill(dp, draft_enc, draft.init_cache(slots, width), prompt)
+  draft_cache = (draft.prefill(*draft_view(draft, tp, dp, target_enc, draft_enc),
+                               draft.init_cache(slots, width), prompt)
                  if draft is not None else {})
   state = DecodeState(
       seq=seq, prompt_len=prompt_len, pos=prompt_len - 1,
@@ -178,6 +180,12 @@ def _where_rows(take, new, old):
   def pick(a, b):
     return jnp.where(take.reshape(take.shape + (1,) * (b.ndim - 1)), a, b)
   return jax.tree.map(pick, new, old) if not isinstance(new, (int, bool)) else pick(new, old)
+
+
+def _prefill_draft(draft, tp, dp, target_enc, draft_enc, prefill, cache):
+  """The refilled rows' draft state: `prefill` (of `refill`) with the proposer's view."""
+  params, encoded = draft_view(draft, tp, dp, target_enc, draft_enc)
+  return prefill(functools.partial(draft.prefill, params), encoded, cache)
 
 
 def refill(run: Run, target, tp, draft, dp, cfg: LoopConfig) -> Run:
@@ -208,7 +216,8 @@ def refill(run: Run, target, tp, draft, dp, cfg: LoopConfig) -> Run:
   state = state.replace(
       target_cache=prefill(functools.partial(base.prefill, target, tp), target_enc,
                            state.target_cache),
-      draft_cache=(prefill(functools.partial(draft.prefill, dp), draft_enc, state.draft_cache)
+      draft_cache=(_prefill_draft(draft, tp, dp, target_enc, draft_enc, prefill,
+                                  state.draft_cache)
                    if draft is not None else state.draft_cache))
   queue = q.replace(slot=jnp.where(finished, jnp.where(take, new, n), q.slot),
                     next=q.next + count, tokens=tokens, lengths=lengths, stats=stats)
@@ -228,7 +237,8 @@ def run(target, tp, draft, dp, carry: Run, cfg: LoopConfig,
   queue = carry.queue
 
   def body(c: Run) -> Run:
-    draft_bound = Bound(draft, dp, c.draft_enc) if draft is not None else None
+    draft_bound = (Bound(draft, *draft_view(draft, tp, dp, c.target_enc, c.draft_enc))
+                   if draft is not None else None)
     one_step = steps.step if cfg.tree is None else tree_steps.tree_step
     c = c.replace(state=constrain(one_step(Bound(target, tp, c.target_enc), draft_bound,
                                            cfg, c.state)))

@@ -97,7 +97,8 @@ class Proposer(Protocol):
   model's weights, a bigram table, {} for a copy) are passed to every call, never closed
   over. Its per-row state is laid out like a model's cache: `init_cache` and
   `cache_axes` (each leaf names its 'batch' axis, and its 'length' axis where it has one),
-  so a mesh shards it and a refill resets it as it does a cache.
+  so a mesh shards it and a refill resets it as it does a cache. A proposer that drafts
+  from the target's own layers sets `reads_target` (see `draft_view`).
 
   Attributes:
     vocab_size: V, the target's.
@@ -137,7 +138,8 @@ class Proposer(Protocol):
     """The tree below each row's last token.
 
     Args:
-      params, encoded, state: its own.
+      params, encoded, state: its own (`draft_view`: with the target's where it reads
+        the target).
       seq: [B, W] int32, the rows' committed tokens; pos: [B] the last one's position.
       keys: [D, B, ...] a key per depth (a chain: per draft) and row; None when greedy.
       sampling: the rows' `specjax.core.sampling.SamplingParams`.
@@ -150,6 +152,22 @@ class Proposer(Protocol):
                pos: jax.Array) -> PyTree:
     """The state once the target kept path [B, D] (node indices, -1 past n [B]) below the
     root at pos [B]."""
+
+
+def reads_target(draft) -> bool:
+  """Whether `draft` drafts from the target's own params and encoding (layer-skip; its
+  `reads_target` attribute): it is then handed both, {'target': the target's, 'own': its
+  own}."""
+  return bool(getattr(draft, 'reads_target', False))
+
+
+def draft_view(draft, tp: PyTree, dp: PyTree, target_enc: PyTree,
+               draft_enc: PyTree) -> tuple:
+  """The (params, encoding) a proposer drafts with: its own, or for one that reads the
+  target (`reads_target`) {'target': ..., 'own': ...} of each."""
+  if reads_target(draft):
+    return {'target': tp, 'own': dp}, {'target': target_enc, 'own': draft_enc}
+  return dp, draft_enc
 
 
 class Stateless:

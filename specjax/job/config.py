@@ -45,7 +45,8 @@ class DecodeConfig:
                     'checkpoint directory; copy: copy from the input; bigram: the target\'s '
                     'bigram table (bundled for demo_target, else --draft-checkpoint '
                     'TABLE.npz); copy+NAME: copy where the output repeats the input, the '
-                    'model NAME elsewhere')
+                    'model NAME elsewhere; layerskip:M: the target\'s own first M decoder '
+                    'layers (no draft model)')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
                                           'the target (default: bundled for demo_*, the '
                                           'public T5X one on GCS for t5_*)')

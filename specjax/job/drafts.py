@@ -4,7 +4,8 @@
 - `copy`: copy from the source (`specjax.proposers.copy`);
 - `bigram`: the target's bigram table (`--draft-checkpoint table.npz`, or the bundled one of
   the demo pair);
-- `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere.
+- `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere;
+- `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`).
 """
 from __future__ import annotations
 
@@ -15,23 +16,38 @@ from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
 from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.hybrid import HybridDraft
+from specjax.proposers.layer_skip import LayerSkip
 
 # The bigram table of each registry target that ships one.
 DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
                    'manpages_target': os.path.join(MANPAGES_ASSETS, 'bigram.npz')}
-COPY, BIGRAM, HYBRID = 'copy', 'bigram', 'copy+'
+COPY, BIGRAM, HYBRID, LAYER_SKIP = 'copy', 'bigram', 'copy+', 'layerskip:'
 
 
 def is_builtin(spec: str) -> bool:
-  """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME)."""
-  return spec in (COPY, BIGRAM) or spec.startswith(HYBRID)
+  """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME,
+  layerskip:M)."""
+  return spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP))
 
 
 def model_name(spec: str) -> Optional[str]:
   """The draft model a spec loads (NAME of copy+NAME, spec itself for a model), or None."""
   if spec.startswith(HYBRID):
     return spec[len(HYBRID):]
-  return None if spec in (COPY, BIGRAM) else spec
+  return None if spec in (COPY, BIGRAM) or spec.startswith(LAYER_SKIP) else spec
+
+
+def layer_skip_layers(spec: str) -> int:
+  """M of 'layerskip:M'.
+
+  Raises:
+    ValueError: M is not a whole number (names the form).
+  """
+  m = spec[len(LAYER_SKIP):]
+  if not m.isdigit():
+    raise ValueError(f'--draft {spec}: pass layerskip:M, M the number of the target\'s '
+                     'decoder layers that draft (e.g. layerskip:2)')
+  return int(m)
 
 
 def copy_draft(target) -> CopyDraft:
@@ -46,14 +62,15 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
   """(draft, params) for a --draft spec.
 
   Args:
-    spec: 'copy', 'bigram', 'copy+NAME', or a model NAME.
+    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', or a model NAME.
     target: the loaded target (vocabulary size and special ids).
     target_name: its --target (which bundled bigram table is its own).
     load_model: NAME -> (model, params), the pair's loader.
     table: --draft-checkpoint, for 'bigram'.
 
   Raises:
-    ValueError: 'bigram' without a table for this target (names --draft-checkpoint).
+    ValueError: 'bigram' without a table for this target (names --draft-checkpoint);
+      'layerskip:M' with M outside 1 .. L - 1.
   """
   if spec == COPY:
     return copy_draft(target), {}
@@ -63,6 +80,8 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
       raise ValueError(f'no bigram table ships with {target_name}; build one with '
                        'scripts/build_bigram.py and pass --draft-checkpoint TABLE.npz')
     return load_table(path, target.vocab_size, target.eos_id, target.pad_id)
+  if spec.startswith(LAYER_SKIP):
+    return LayerSkip(target, layer_skip_layers(spec)), {}
   if spec.startswith(HYBRID):
     model, params = load_model(spec[len(HYBRID):])
     return HybridDraft(copy_draft(target), model), params

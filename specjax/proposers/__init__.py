@@ -1,8 +1,10 @@
-"""Proposers (`specjax.core.proposal.Proposer`) that are not models (a draft model is one
-through `specjax.core.model_proposer`):
+"""Proposers (`specjax.core.proposal.Proposer`) that are not separate models (a draft model
+is one through `specjax.core.model_proposer`):
 
 - `copy`: copies from the input or the output so far (prompt lookup; trees of several
   earlier matches);
 - `bigram`: a table of next tokens (chains; static and dynamic top-k trees);
-- `hybrid`: the copy where it matches, a draft model elsewhere (chains).
+- `hybrid`: the copy where it matches, a draft model elsewhere (chains);
+- `layer_skip`: the target's own first M decoder layers (chains and trees; it reads the
+  target's params and encoding).
 """

@@ -24,6 +24,7 @@ import numpy as np
 from specjax.core import steps
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import LoopConfig
+from specjax.core.proposal import draft_view, reads_target
 from specjax.core.steps import Bound
 from specjax.core.model_proposer import as_proposer
 
@@ -115,7 +116,8 @@ def _repeat_model_calls(target, tp, draft, dp, inputs, gamma, repeats, cache_len
   """`repeats` times the model calls of one speculative iteration, nothing else."""
   batch = inputs.shape[0]
   t = Bound(target, tp, target.encode(tp, inputs))
-  d = Bound(as_proposer(draft), dp, draft.encode(dp, inputs))
+  d = Bound(as_proposer(draft), *draft_view(draft, tp, dp, t.encoded,
+                                            draft.encode(dp, inputs)))
 
   def body(i, carry):
     t_cache, d_cache, total = carry
@@ -163,7 +165,8 @@ def _repeat_draft_and_sweep(draft, dp, inputs, sweep, gamma, repeats, cache_len,
 
 
 def draft_after_sweep(draft, dp, inputs, gamma: int, sweep_bytes: int, repeats: int = 32,
-                      cache_len: int = 64, rounds: int = 3) -> Dict[str, float]:
+                      cache_len: int = 64, rounds: int = 3,
+                      target_params=None) -> Dict[str, float]:
   """What a draft block loses when as many bytes as the target's weights pass in between.
 
   In the decode, every target call streams the target's weights; on a CPU that pushes the
@@ -178,11 +181,13 @@ def draft_after_sweep(draft, dp, inputs, gamma: int, sweep_bytes: int, repeats: 
     sweep_bytes: bytes read between blocks (the target's weights: `params_bytes`).
     repeats, cache_len: of the timed loops.
     rounds: interleaved rounds.
+    target_params: the target's, for a draft that drafts with them (layer-skip).
 
   Returns:
     {'draft_block_seconds', 'sweep_seconds', 'alternating_seconds', 'penalty_seconds'
     (alternating - block - sweep), 'sweep_bytes'}.
   """
+  draft, dp = own_model(draft, target_params, dp)
   sweep = jnp.ones((max(sweep_bytes // 4, 1),), jnp.float32)
   modes = {'draft_block_seconds': (True, False), 'sweep_seconds': (False, True),
            'alternating_seconds': (True, True)}
@@ -197,6 +202,13 @@ def draft_after_sweep(draft, dp, inputs, gamma: int, sweep_bytes: int, repeats: 
   best['penalty_seconds'] = (best['alternating_seconds'] - best['draft_block_seconds']
                              - best['sweep_seconds'])
   return {**best, 'sweep_bytes': int(sweep_bytes)}
+
+
+def own_model(draft, tp, dp) -> tuple:
+  """(model, params) whose step is the draft's: a proposer that drafts with the target's
+  layers (`specjax.core.proposal.reads_target`, layer-skip) is its cut model with the
+  target's params tp; any other draft is itself."""
+  return (draft.model, tp) if reads_target(draft) else (draft, dp)
 
 
 def params_bytes(params) -> int:
@@ -221,7 +233,8 @@ def step_costs(target, tp, draft, dp, inputs, max_k: int, rounds: int = 3,
   Returns:
     {'target_step_seconds', 'draft_step_seconds', 'c', 'v': {K: t_K / t_1}, 'devices'}.
   """
-  calls = [(draft, dp, 1, True)] + [(target, tp, k, False) for k in range(1, max_k + 1)]
+  calls = ([(*own_model(draft, tp, dp), 1, True)]
+           + [(target, tp, k, False) for k in range(1, max_k + 1)])
   best = [float('inf')] * len(calls)
   for _ in range(max(rounds, 1)):
     best = [min(b, call_seconds(m, p, inputs, k, draft=d, **kw))

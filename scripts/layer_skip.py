@@ -1,0 +1,145 @@
+"""Layer-skip self-speculation beside the task's draft model: tokens per target call and
+alpha of the best chain and the best tree of each, on the bundled tasks' first test lines,
+at each temperature, and each draft's cost c (its step over the target's, timed here).
+
+    python scripts/layer_skip.py --json docs/layer_skip.json --markdown docs/benchmarks.md
+
+Tokens per target call and alpha are hardware-free; programs compile at XLA's lowest
+optimisation level (as scripts/tree_tokens_per_call.py's sweep does). c is timed on this
+machine with XLA's defaults (`specjax.speed.timing.step_costs`, the fastest of --rounds):
+layer-skip's step runs M of the target's L decoder layers. Every figure comes from
+`specjax.core.figures.decode_figures`; a greedy row says whether its output is the target
+alone's. With --markdown, the section "## Layer-skip self-speculation" of that file is
+written (replaced where it is already there).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tree_tokens_per_call as sweep  # pylint: disable=wrong-import-position  # sets XLA flags
+import proposer_trees  # pylint: disable=wrong-import-position
+
+from specjax.proposers.layer_skip import LayerSkip, layer_count  # pylint: disable=wrong-import-position
+
+SECTION = '## Layer-skip self-speculation'
+SHAPES = ['chain 2', 'chain 3', 'chain 4', 'chain 6', '2,2,1', '4,2,1', 'dynamic:16:4:4']
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument('--tasks', default='ende,manpages', help='of ' + ', '.join(sweep.TASKS))
+  p.add_argument('--num-examples', type=int, default=64, help='first test lines of each task')
+  p.add_argument('--batch-size', type=int, default=8, help='rows (slots), refilled')
+  p.add_argument('--max-decode-len', type=int, default=48)
+  p.add_argument('--temperatures', default='0,1')
+  p.add_argument('--seeds', type=int, default=2, help='decodes per sampled setting (pooled)')
+  p.add_argument('--shapes', default=';'.join(SHAPES), help='chains and trees, ;-separated')
+  p.add_argument('--rounds', type=int, default=3, help='timing rounds of c (fastest kept)')
+  p.add_argument('--json', required=True, help='the results')
+  p.add_argument('--markdown', help=f'write its "{SECTION}" section into this file')
+  p.add_argument('--render', action='store_true',
+                 help='only write the --markdown section from --json (no decode)')
+  return p.parse_args(argv)
+
+
+def _costs(task: str, rounds: int) -> dict:
+  """c of each draft of the task, timed in a subprocess with XLA's defaults (this process
+  compiles at the lowest optimisation level)."""
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_DISABLE_MOST_OPTIMIZATIONS'}
+  env['XLA_FLAGS'] = ' '.join(f for f in env.get('XLA_FLAGS', '').split()
+                              if 'fusion_emitters' not in f)
+  code = f'''
+import json, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import os
+import tree_tokens_per_call as sweep  # sets the test flags: undone before XLA starts
+import jax
+jax.config.update('jax_disable_most_optimizations', False)
+os.environ['XLA_FLAGS'] = {env['XLA_FLAGS']!r}
+from specjax.speed import timing
+from specjax.proposers.layer_skip import LayerSkip, layer_count
+target, tp, draft, dp, inputs = sweep.load_task({task!r}, 8)
+out = {{{sweep.TASKS[task] + 'draft'!r}: timing.step_costs(target, tp, draft, dp, inputs[:8], 1, {rounds})['c']}}
+for m in range(1, layer_count(target)):
+  out[f'layerskip:{{m}}'] = timing.step_costs(target, tp, LayerSkip(target, m), {{}},
+                                              inputs[:8], 1, {rounds})['c']
+print(json.dumps(out))
+'''
+  run = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                       check=True)
+  return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def run_task(task: str, args) -> tuple:
+  target, tp, draft, dp, inputs = sweep.load_task(task, args.num_examples)
+  shapes = args.shapes.split(';')
+  proposers = {sweep.TASKS[task] + 'draft': (draft, dp, shapes)}
+  proposers.update({f'layerskip:{m}': (LayerSkip(target, m), {}, shapes)
+                    for m in range(1, layer_count(target))})
+  rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
+  return rows, {'layers': layer_count(target), 'c': _costs(task, args.rounds)}
+
+
+def markdown(rows: list, tasks: dict, command: str) -> str:
+  lines = [SECTION, '', f'`{command}`', '',
+           'The target\'s own first M decoder layers draft (`--draft layerskip:M`: no draft '
+           'model, no params of its own), beside the task\'s draft model. Tokens per target '
+           'call (hardware-free) and alpha of the best chain and the best tree of each; c, '
+           'the draft\'s step over the target\'s, timed on this CPU (XLA defaults). Every '
+           'greedy row was identical to the target alone (`identical_to_target` in the '
+           'JSON). No early-exit fine-tune: the cut model reads the target\'s final norm '
+           'and output projection as they are.', '',
+           '| task | T | draft | c | best chain | tok/call | alpha | best tree | nodes | '
+           'tok/call | alpha |', '|---|---|---|---|---|---|---|---|---|---|---|']
+  keys = list(dict.fromkeys((r['task'], r['temperature'], r['proposer']) for r in rows))
+  fmt = lambda a: '-' if a is None else f'{a:.3f}'
+  for task, temperature, kind in keys:
+    mine = [r for r in rows if (r['task'], r['temperature'], r['proposer']) ==
+            (task, temperature, kind)]
+    chain = max((r for r in mine if r['shape'].startswith('chain')),
+                key=lambda r: r['tokens_per_call'])
+    tree = max((r for r in mine if not r['shape'].startswith('chain')),
+               key=lambda r: r['tokens_per_call'])
+    c = tasks[task]['c'].get(kind)
+    lines.append(f'| {task} | {temperature:g} | {kind} | {fmt(c)} | {chain["shape"]} | '
+                 f'{chain["tokens_per_call"]:.2f} | {fmt(chain["alpha"])} | {tree["shape"]} | '
+                 f'{tree["nodes"]} | {tree["tokens_per_call"]:.2f} | {fmt(tree["alpha"])} |')
+  lines += ['', 'Targets\' decoder layers: ' + ', '.join(
+      f'{task} {t["layers"]}' for task, t in tasks.items()) + '.']
+  return '\n'.join(lines) + '\n'
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  if args.render:
+    with open(args.json, encoding='utf-8') as f:
+      saved = json.load(f)
+    rows, tasks = saved['rows'], saved['tasks']
+  else:
+    rows, tasks = [], {}
+    for task in args.tasks.split(','):
+      task_rows, tasks[task] = run_task(task, args)
+      rows += task_rows
+  greedy = [r for r in rows if 'identical_to_target' in r]
+  if not all(r['identical_to_target'] for r in greedy):
+    print('error: a greedy row is not the target alone\'s output', file=sys.stderr)
+    return 1
+  if not args.render:
+    with open(args.json, 'w', encoding='utf-8') as f:
+      json.dump({'settings': vars(args), 'tasks': tasks, 'rows': rows}, f, indent=1)
+  if args.markdown:
+    command = 'python scripts/layer_skip.py --json docs/layer_skip.json ' \
+              '--markdown docs/benchmarks.md'
+    sweep.SECTION = SECTION
+    sweep.write_section(args.markdown, markdown(rows, tasks, command))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,120 @@
+"""Layer-skip self-speculation: the target's own first m decoder layers draft for it.
+
+The draft is the target cut after decoder layer m, closed by the target's final norm and
+output projection: no params of its own. It reads the target's params and the target's
+encoding (the encoder output and the cross-attention K/V of layers 0 .. m-1, computed once
+per input for the target), so a draft step costs m of the target's L decoder layers and
+nothing runs twice per input. Its state is the KV cache of those m layers; it drafts chains
+and static or dynamic trees as a draft model does (`specjax.core.model_proposer`).
+
+The verify is the target's as always, so the output is the target's own (greedy) or follows
+the target's distribution (sampled); m only trades the draft's cost against its acceptance.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+
+from specjax.core import model_proposer
+
+
+def layer_count(model) -> int:
+  """L, the decoder layers of a T5 or a decoder-only model."""
+  cfg = model.config
+  return cfg.num_decoder_layers if hasattr(cfg, 'num_decoder_layers') else cfg.num_layers
+
+
+def truncated(model, layers: int):
+  """`model` with its first `layers` decoder layers only (its params tree unchanged: the
+  layers past them are never read).
+
+  Raises:
+    ValueError: layers outside 1 .. L - 1 (names the range).
+  """
+  total = layer_count(model)
+  if not 1 <= layers < total:
+    raise ValueError(f'layerskip:{layers} needs 1 <= M < {total}, the target\'s decoder '
+                     f'layers; pass layerskip:M with M in 1..{total - 1}')
+  field = 'num_decoder_layers' if hasattr(model.config, 'num_decoder_layers') else 'num_layers'
+  changes = {field: layers}
+  if hasattr(model.config, 'name'):
+    changes['name'] = f'{model.config.name or "target"}_layerskip{layers}'
+  return dataclasses.replace(model, config=dataclasses.replace(model.config, **changes))
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSkip:
+  """The proposer of the target's first `layers` decoder layers.
+
+  It reads the target (`reads_target`): the loop hands it params and encoding as
+  {'target': the target's, 'own': its own ({})}.
+
+  Attributes:
+    target: the target model (the contract of `specjax.models.base.Model`).
+    layers: M, 1 <= M < L.
+  """
+
+  target: Any
+  layers: int
+
+  reads_target = True
+
+  def __post_init__(self):
+    truncated(self.target, self.layers)  # the range check, at construction
+
+  @property
+  def model(self):
+    """The target cut after layer M."""
+    return truncated(self.target, self.layers)
+
+  @property
+  def config(self):
+    """The cut model's config (sharding rules read head sizes from it)."""
+    return self.model.config
+
+  @property
+  def vocab_size(self) -> int:
+    return self.target.vocab_size
+
+  @property
+  def eos_id(self) -> int:
+    return self.target.eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.target.pad_id
+
+  def init(self, rng: jax.Array) -> dict:
+    del rng
+    return {}
+
+  def param_axes(self) -> dict:
+    return {}
+
+  def encode(self, params, inputs: jax.Array) -> dict:
+    del params, inputs
+    return {}
+
+  def encoded_axes(self) -> dict:
+    return {}
+
+  def init_cache(self, batch: int, max_len: int, dtype: Any = None):
+    return self.model.init_cache(batch, max_len, dtype)
+
+  def cache_axes(self):
+    return self.model.cache_axes()
+
+  def _drafter(self):
+    return model_proposer.ModelProposer(self.model)
+
+  def prefill(self, params, encoded, state, prompt: jax.Array):
+    return self._drafter().prefill(params['target'], encoded['target'], state, prompt)
+
+  def propose(self, params, encoded, state, seq, pos, keys, sampling, cfg, active=None):
+    return self._drafter().propose(params['target'], encoded['target'], state, seq, pos,
+                                   keys, sampling, cfg, active=active)
+
+  def accepted(self, state, proposal, path, n, pos):
+    return self._drafter().accepted(state, proposal, path, n, pos)
