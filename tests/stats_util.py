@@ -1,5 +1,9 @@
-"""Exact enumeration of Markov sequence probabilities and a chi-square check."""
+"""Exact enumeration of sequence probabilities (a Markov chain's, a tiny language model's)
+and a chi-square check."""
+import itertools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
@@ -54,3 +58,36 @@ def chi_square_pvalue(samples: np.ndarray, expected: dict, min_count: float = 5.
     exp.append(pool_exp)
   exp = np.asarray(exp) * (n / np.sum(exp))
   return float(stats.chisquare(obs, exp).pvalue)
+
+
+def tiny_lm(vocab: int, num_layers: int, seed: int, logit_scale: float):
+  """A random Llama-style CausalLM over `vocab` tokens (EOS 1, pad 0) whose output
+  projection is scaled by logit_scale (a peaked target): (model, params)."""
+  from specjax.models.lm import CausalLM  # pylint: disable=import-outside-toplevel
+  from specjax.models.lm_config import LMConfig  # pylint: disable=import-outside-toplevel
+  cfg = LMConfig(family='llama', vocab_size=vocab, eos_id=1, pad_id=0, max_len=16,
+                 head_dim=4, emb_dim=8, num_heads=2, num_kv_heads=1, num_layers=num_layers,
+                 mlp_dim=16)
+  model = CausalLM(cfg)
+  params = model.init(jax.random.PRNGKey(seed))
+  params['lm_head']['kernel'] = params['lm_head']['kernel'] * logit_scale
+  return model, params
+
+
+def enumerate_lm(model, params, prompt, steps: int) -> dict:
+  """P(the first `steps` tokens after `prompt`) of a decoder-only model at T=1, by scoring
+  every continuation, as a decode shows them (pad 0 after EOS 1, the continuations' mass
+  summed)."""
+  vocab = model.vocab_size
+  seqs = np.array(list(itertools.product(range(vocab), repeat=steps)))
+  tokens = np.concatenate([np.tile(np.array(prompt), (len(seqs), 1)), seqs], 1)
+  logp = jax.nn.log_softmax(model.logits(params, jnp.asarray(tokens)), -1)
+  at = len(prompt) - 1
+  total = sum(jnp.take_along_axis(logp[:, at + i], jnp.asarray(seqs[:, i:i + 1]), 1)[:, 0]
+              for i in range(steps))
+  out = {}
+  for seq, p in zip(seqs.tolist(), np.exp(np.asarray(total, np.float64))):
+    end = seq.index(1) + 1 if 1 in seq else steps
+    shown = tuple(seq[:end] + [0] * (steps - end))
+    out[shown] = out.get(shown, 0.0) + p
+  return out

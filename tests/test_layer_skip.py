@@ -17,10 +17,8 @@ import specjax
 from specjax import decode
 from specjax.core import acceptance, tree
 from specjax.job import drafts
-from specjax.models.lm import CausalLM
-from specjax.models.lm_config import LMConfig
 from specjax.proposers.layer_skip import LayerSkip, truncated
-from stats_util import chi_square_pvalue
+from stats_util import chi_square_pvalue, enumerate_lm, tiny_lm
 from test_lm_speculative import _pair as lm_pair
 from test_lm_speculative import _prompts
 from test_tree_decode import _demo_lines, _test_lines
@@ -86,33 +84,13 @@ PROMPT = [2, 3, 4]
 
 
 def _tiny_lm():
-  cfg = LMConfig(family='llama', vocab_size=V, eos_id=1, pad_id=0, max_len=16, head_dim=4,
-                 emb_dim=8, num_heads=2, num_kv_heads=1, num_layers=3, mlp_dim=16)
-  model = CausalLM(cfg)
-  params = model.init(jax.random.PRNGKey(8))
   # Larger logits: the first layer's joint of three tokens is then 0.54 in total variation
   # from the target's (EOS first 0.07, no outcome above 0.22).
-  params['lm_head']['kernel'] = params['lm_head']['kernel'] * 3.0
-  return model, params
+  return tiny_lm(V, num_layers=3, seed=8, logit_scale=3.0)
 
 
 def _enumerated(model, params):
-  """P(first three tokens) of the target at T=1, by scoring every continuation (as a
-  decode shows them: padding after EOS)."""
-  seqs = np.array([[a, b, c] for a in range(V) for b in range(V) for c in range(V)])
-  prompt = np.tile(np.array(PROMPT), (len(seqs), 1))
-  logits = model.logits(params, jnp.asarray(np.concatenate([prompt, seqs], 1)))  # [V^3, T, V]
-  logp = jax.nn.log_softmax(logits, -1)
-  at = len(PROMPT) - 1
-  total = sum(jnp.take_along_axis(logp[:, at + i], jnp.asarray(seqs[:, i:i + 1]), 1)[:, 0]
-              for i in range(STEPS))
-  probs = np.exp(np.asarray(total, np.float64))
-  out = {}  # what a decode shows: pad (0) after EOS (1); the continuations' mass summed
-  for seq, p in zip(seqs.tolist(), probs):
-    end = seq.index(1) + 1 if 1 in seq else STEPS
-    shown = tuple(seq[:end] + [0] * (STEPS - end))
-    out[shown] = out.get(shown, 0.0) + p
-  return out
+  return enumerate_lm(model, params, PROMPT, STEPS)
 
 
 def _layer_skip_samples(model, params, shape):

@@ -8,10 +8,12 @@ Low to high (docs/design.md says what each part holds):
   1. core, checkpoints       the decode (a mesh's rules from parallel); weights into models
   2. demo, speed, t5x,       bundled pairs' data; costs and plans; the decode inside T5X;
      proposers              the drafts that are not models (copy, bigram, copy + model)
-  3. tasks                   seqio tasks over the bundled corpora
+  3. tasks, drafting         seqio tasks over the bundled corpora; drafts trained from the
+                            target (Medusa heads: data, training, checkpoints)
   4. job                     what `python -m specjax.decode` runs
   5. bench                   `python -m specjax.bench`, which runs the job's decodes
-  6. the entry points        decode, evaluate, plan (with plan_sections), the package's API
+  6. the entry points        decode, evaluate, plan (with plan_sections), train_draft, the
+                            package's API
 
 Parts of one layer are peers and import nothing of each other; a module imports freely
 within its own part. Every import counts, those inside functions too.
@@ -25,10 +27,10 @@ LAYERS = (
     ('models', 'parallel', 'flags', 'reports', 'interrupt'),
     ('core', 'checkpoints'),
     ('demo', 'speed', 't5x', 'proposers'),
-    ('tasks',),
+    ('tasks', 'drafting'),
     ('job',),
     ('bench',),
-    ('decode', 'evaluate', 'plan', '__init__'),
+    ('decode', 'evaluate', 'plan', 'train_draft', '__init__'),
 )
 # Top-level modules that belong to another part.
 PART_OF = {'plan_sections': 'plan', 'plan_config': 'plan'}

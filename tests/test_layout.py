@@ -110,9 +110,10 @@ def _tool_parsers(monkeypatch):
   # pylint: disable=import-outside-toplevel
   import argparse
 
-  from specjax import decode, evaluate, plan_config
+  from specjax import decode, evaluate, plan_config, train_draft
   from specjax.bench import cli as bench_cli
   from specjax.bench.config import BenchConfig
+  from specjax.drafting.config import TrainDraftConfig
   from specjax.job.config import DecodeConfig
   from specjax.speed import measure
   from specjax.speed.config import MeasureConfig
@@ -127,6 +128,8 @@ def _tool_parsers(monkeypatch):
       'plan': (plan_config.parser(''), [DecodeConfig, plan_config.PlanConfig], []),
       'speed': (measure.parse_args([]), [MeasureConfig], []),
       'export': (export.parse_args([]), [export.ExportConfig], ['--output', 'o']),
+      'train_draft': (train_draft.parse_args([]), [TrainDraftConfig],
+                      ['--input', 'i', '--workdir', 'w']),
   }
 
 

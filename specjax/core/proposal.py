@@ -98,7 +98,8 @@ class Proposer(Protocol):
   over. Its per-row state is laid out like a model's cache: `init_cache` and
   `cache_axes` (each leaf names its 'batch' axis, and its 'length' axis where it has one),
   so a mesh shards it and a refill resets it as it does a cache. A proposer that drafts
-  from the target's own layers sets `reads_target` (see `draft_view`).
+  from the target's own layers sets `reads_target` (see `draft_view`); one that drafts
+  from the target's hidden states sets `wants_hidden` (see `wants_hidden`).
 
   Attributes:
     vocab_size: V, the target's.
@@ -159,6 +160,13 @@ def reads_target(draft) -> bool:
   `reads_target` attribute): it is then handed both, {'target': the target's, 'own': its
   own}."""
   return bool(getattr(draft, 'reads_target', False))
+
+
+def wants_hidden(draft) -> bool:
+  """Whether `draft` drafts from the target's final hidden states (Medusa heads; its
+  `wants_hidden` attribute): the verify call then returns them, and `accepted` gets
+  hidden [B, D], the target's after the last kept token (whose logits chose the next)."""
+  return bool(getattr(draft, 'wants_hidden', False))
 
 
 def draft_view(draft, tp: PyTree, dp: PyTree, target_enc: PyTree,

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.core import acceptance, sampling
-from specjax.core.proposal import chain_path
+from specjax.core.proposal import chain_path, wants_hidden
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import (DecodeState, LoopConfig, commit, count_call, gather_rows,
                                 split_keys)
@@ -33,12 +33,15 @@ class Bound(NamedTuple):
   params: Any
   encoded: Any
 
-  def decode(self, cache, tokens: jax.Array, positions: jax.Array, tree=None):
+  def decode(self, cache, tokens: jax.Array, positions: jax.Array, tree=None,
+             hidden: bool = False):
     """model.decode of tokens [B, K] at positions [B] (or as nodes of `tree`, a
-    `specjax.models.base.Tree`): (logits [B, K, V], cache)."""
-    if tree is None:
-      return self.model.decode(self.params, self.encoded, cache, tokens, positions)
-    return self.model.decode(self.params, self.encoded, cache, tokens, positions, tree=tree)
+    `specjax.models.base.Tree`): (logits [B, K, V], cache), and with `hidden` the final
+    hidden states [B, K, D] after them."""
+    kw = {'tree': tree} if tree is not None else {}
+    if hidden:
+      kw['return_hidden'] = True
+    return self.model.decode(self.params, self.encoded, cache, tokens, positions, **kw)
 
   def propose(self, state, seq: jax.Array, pos: jax.Array, keys, params, cfg: LoopConfig,
               active: Optional[jax.Array] = None):
@@ -46,9 +49,14 @@ class Bound(NamedTuple):
     return self.model.propose(self.params, self.encoded, state, seq, pos, keys, params, cfg,
                               active)
 
-  def accepted(self, state, proposal, path: jax.Array, n: jax.Array, pos: jax.Array):
-    """A proposer's `accepted`: its state once path [B, D] (n [B] nodes) was kept."""
-    return self.model.accepted(state, proposal, path, n, pos)
+  def accepted(self, state, proposal, path: jax.Array, n: jax.Array, pos: jax.Array,
+               hidden: Optional[jax.Array] = None):
+    """A proposer's `accepted`: its state once path [B, D] (n [B] nodes) was kept; a
+    proposer that reads the target's hidden states (`proposal.wants_hidden`) also gets
+    hidden [B, D], the target's after the last kept token."""
+    if hidden is None:
+      return self.model.accepted(state, proposal, path, n, pos)
+    return self.model.accepted(state, proposal, path, n, pos, hidden=hidden)
 
 
 def pick(logits: jax.Array, keys: Optional[jax.Array], params: SamplingParams,
@@ -191,9 +199,12 @@ def _draft_until_unsure(draft: Bound, first: Drafted, pos, keys, params,
   return Drafted(x, q, cache, bad, drafted)
 
 
-def verify(target: Bound, cache, last: jax.Array, x: jax.Array, pos: jax.Array):
-  """The ONE target call of an iteration: [last, x_1..x_G] at pos -> logits [B, G+1, V]."""
-  return target.decode(cache, jnp.concatenate([last[:, None], x], axis=1), pos)
+def verify(target: Bound, cache, last: jax.Array, x: jax.Array, pos: jax.Array,
+           hidden: bool = False):
+  """The ONE target call of an iteration: [last, x_1..x_G] at pos -> logits [B, G+1, V]
+  and the cache (and with `hidden` the hidden states [B, G+1, D])."""
+  return target.decode(cache, jnp.concatenate([last[:, None], x], axis=1), pos,
+                       hidden=hidden)
 
 
 def verify_proposed(target: Bound, cache, last: jax.Array, x: jax.Array, pos: jax.Array,
@@ -240,10 +251,17 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
                     active=~state.done)
   x, drafted = d.tokens, d.drafted  # [B, G], [B]: each row's own count of proposals
   last = gather_rows(state.seq, state.pos)
+  hidden = None
   if cfg.rule.draft_threshold > 0.0 and g > 1:  # score only as far as the longest proposal
+    if wants_hidden(draft.model):
+      raise ValueError('a draft that reads the target\'s hidden states drafts its heads\' '
+                       'tokens whole: drop the draft threshold')
     longest = jnp.max(drafted)  # finished rows propose 1
     logits, target_cache = verify_proposed(target, state.target_cache, last, x, state.pos,
                                            longest)  # [B, G+1, V]
+  elif wants_hidden(draft.model):
+    logits, target_cache, hidden = verify(target, state.target_cache, last, x, state.pos,
+                                          hidden=True)  # [B, G+1, D]
   else:
     logits, target_cache = verify(target, state.target_cache, last, x, state.pos)
   if cfg.sampling.greedy:
@@ -257,7 +275,10 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   block = jnp.concatenate([x, x[:, :1]], axis=1)  # [B, G+1]
   block = jnp.where(jnp.arange(g + 1)[None] == result.n[:, None], result.y[:, None], block)
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)
-  draft_cache = draft.accepted(d.state, d, chain_path(result.n, g), result.n, state.pos)
+  if hidden is not None:  # the target's after the last kept token (its logits made y)
+    hidden = jnp.take_along_axis(hidden, result.n[:, None, None], axis=1)[:, 0]  # [B, D]
+  draft_cache = draft.accepted(d.state, d, chain_path(result.n, g), result.n, state.pos,
+                               hidden=hidden)
   committed = pos - state.pos  # [B] tokens this call added to the output (0 if inactive)
   in_output = jnp.minimum(result.n, committed)  # accepted drafts that are in the output
   # beta counts where the target checked a draft token on the output's own prefix: up to the

@@ -11,19 +11,20 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from specjax.core import sampling, tree, tree_accept, tree_draft
-from specjax.core.proposal import Proposal
+from specjax.core.proposal import Proposal, wants_hidden
 from specjax.core.state import (DecodeState, LoopConfig, commit, count_call, gather_rows,
                                 split_keys)
 from specjax.core.steps import Bound, nonfinite
 
 
-def verify_tree(target: Bound, cache, last, proposal: Proposal, pos):
+def verify_tree(target: Bound, cache, last, proposal: Proposal, pos, hidden: bool = False):
   """The ONE target call of an iteration: the root and the N nodes, each seeing its
-  ancestors: (logits [B, M, V], the target's cache)."""
+  ancestors: (logits [B, M, V], the target's cache), and with `hidden` the hidden states
+  [B, M, D]."""
   fed = jnp.concatenate([last[:, None], proposal.tokens], axis=1)  # [B, M]
   call = tree_draft.tree_call(pos, tree.slot_depths(proposal.depth), proposal.visible, 0,
                               fed.shape[1])
-  return target.decode(cache, fed, pos, tree=call)
+  return target.decode(cache, fed, pos, tree=call, hidden=hidden)
 
 
 def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
@@ -38,7 +39,13 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
   proposal = draft.propose(state.draft_cache, state.seq, state.pos, draft_keys,
                            state.sampling, cfg, active=~state.done)
   last = gather_rows(state.seq, state.pos)
-  logits, target_cache = verify_tree(target, state.target_cache, last, proposal, state.pos)
+  hidden = None
+  if wants_hidden(draft.model):
+    logits, target_cache, hidden = verify_tree(target, state.target_cache, last, proposal,
+                                               state.pos, hidden=True)  # [B, M, D]
+  else:
+    logits, target_cache = verify_tree(target, state.target_cache, last, proposal,
+                                       state.pos)
   if cfg.sampling.greedy:
     result = tree_accept.accept_tree_greedy(sampling.argmax(logits), proposal.tokens,
                                             proposal.parents, proposal.depth, depth,
@@ -50,7 +57,12 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
                                      proposal.visible)
   target_cache = tree.compact(target_cache, target.model.cache_axes(), state.pos,
                               result.path, result.n, num)
-  draft_cache = draft.accepted(proposal.state, proposal, result.path, result.n, state.pos)
+  if hidden is not None:  # the target's after the last kept node (slot 0: the root)
+    last_slot = jnp.where(result.n > 0, jnp.take_along_axis(
+        result.path, jnp.maximum(result.n - 1, 0)[:, None], axis=1)[:, 0] + 1, 0)  # [B]
+    hidden = jnp.take_along_axis(hidden, last_slot[:, None, None], axis=1)[:, 0]  # [B, D]
+  draft_cache = draft.accepted(proposal.state, proposal, result.path, result.n, state.pos,
+                               hidden=hidden)
   block = tree_accept.accepted_tokens(proposal.tokens, result.path, result.y,
                                       result.n)  # [B, D+1]
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)

@@ -46,7 +46,8 @@ class DecodeConfig:
                     'bigram table (bundled for demo_target, else --draft-checkpoint '
                     'TABLE.npz); copy+NAME: copy where the output repeats the input, the '
                     'model NAME elsewhere; layerskip:M: the target\'s own first M decoder '
-                    'layers (no draft model)')
+                    'layers (no draft model); medusa:PATH: Medusa heads trained by python -m '
+                    'specjax.train_draft')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
                                           'the target (default: bundled for demo_*, the '
                                           'public T5X one on GCS for t5_*)')

@@ -5,7 +5,9 @@
 - `bigram`: the target's bigram table (`--draft-checkpoint table.npz`, or the bundled one of
   the demo pair);
 - `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere;
-- `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`).
+- `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`);
+- `medusa:PATH`: Medusa heads on the target's hidden states (`specjax.proposers.medusa`),
+  trained by `python -m specjax.train_draft`.
 """
 from __future__ import annotations
 
@@ -13,28 +15,30 @@ import os
 from typing import Callable, Optional, Tuple
 
 from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
+from specjax.drafting import heads_io
 from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
+from specjax.proposers.medusa import MedusaHeads
 
 # The bigram table of each registry target that ships one.
 DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
                    'manpages_target': os.path.join(MANPAGES_ASSETS, 'bigram.npz')}
-COPY, BIGRAM, HYBRID, LAYER_SKIP = 'copy', 'bigram', 'copy+', 'layerskip:'
+COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa:'
 
 
 def is_builtin(spec: str) -> bool:
   """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME,
-  layerskip:M)."""
-  return spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP))
+  layerskip:M, medusa:PATH)."""
+  return spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP, MEDUSA))
 
 
 def model_name(spec: str) -> Optional[str]:
   """The draft model a spec loads (NAME of copy+NAME, spec itself for a model), or None."""
   if spec.startswith(HYBRID):
     return spec[len(HYBRID):]
-  return None if spec in (COPY, BIGRAM) or spec.startswith(LAYER_SKIP) else spec
+  return None if spec in (COPY, BIGRAM) or spec.startswith((LAYER_SKIP, MEDUSA)) else spec
 
 
 def layer_skip_layers(spec: str) -> int:
@@ -57,12 +61,31 @@ def copy_draft(target) -> CopyDraft:
                    eos_id=target.eos_id, pad_id=target.pad_id)
 
 
+def medusa_heads(path: str, target):
+  """(MedusaHeads, params) of the heads at `path`, checked against the target's sizes.
+
+  Raises:
+    ValueError: heads of another kind or for another hidden width or vocabulary.
+  """
+  meta, params = heads_io.load_heads(path)
+  if meta.get('kind') != 'medusa':
+    raise ValueError(f'{path} holds a {meta.get("kind")} draft, not Medusa heads; pass '
+                     f'--draft {meta.get("kind")}:{path}')
+  width, vocab = target.config.emb_dim, target.vocab_size
+  if (meta['hidden'], meta['vocab_size']) != (width, vocab):
+    raise ValueError(f'the Medusa heads at {path} were trained for {meta["target"]} (hidden '
+                     f'{meta["hidden"]}, {meta["vocab_size"]} logits), not this target '
+                     f'(hidden {width}, {vocab} logits); train heads for it with python -m '
+                     'specjax.train_draft')
+  return MedusaHeads(target, int(meta['num_heads'])), params
+
+
 def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str], Tuple],
                   table: Optional[str] = None):
   """(draft, params) for a --draft spec.
 
   Args:
-    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', or a model NAME.
+    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'medusa:PATH', or a model NAME.
     target: the loaded target (vocabulary size and special ids).
     target_name: its --target (which bundled bigram table is its own).
     load_model: NAME -> (model, params), the pair's loader.
@@ -70,7 +93,8 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
 
   Raises:
     ValueError: 'bigram' without a table for this target (names --draft-checkpoint);
-      'layerskip:M' with M outside 1 .. L - 1.
+      'layerskip:M' with M outside 1 .. L - 1; heads trained for another target.
+    FileNotFoundError: 'medusa:PATH' without trained heads at PATH.
   """
   if spec == COPY:
     return copy_draft(target), {}
@@ -82,6 +106,8 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
     return load_table(path, target.vocab_size, target.eos_id, target.pad_id)
   if spec.startswith(LAYER_SKIP):
     return LayerSkip(target, layer_skip_layers(spec)), {}
+  if spec.startswith(MEDUSA):
+    return medusa_heads(spec[len(MEDUSA):], target)
   if spec.startswith(HYBRID):
     model, params = load_model(spec[len(HYBRID):])
     return HybridDraft(copy_draft(target), model), params

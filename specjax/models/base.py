@@ -82,6 +82,11 @@ class Model(Protocol):
   def encoded_axes(self) -> PyTree:
     """The same for `encode`'s result (T5: the mask ('batch', 'length') and `KV_AXES`)."""
 
+  def project(self, params: PyTree, hidden: jax.Array) -> jax.Array:
+    """The output projection alone: hidden [B, K, D] (as `decode` returns it) -> logits
+    [B, K, V] float32 (heads that draft from the target's hidden states, Medusa, use it).
+    Optional."""
+
   def decode(self, params: PyTree, encoded: PyTree, cache: PyTree, tokens: jax.Array,
              positions: jax.Array, tree: Optional[Tree] = None, return_hidden: bool = False
              ) -> Tuple[jax.Array, ...]:

@@ -223,12 +223,18 @@ class CausalLM:
       x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
       x = x + layers.mlp(layers.norm(x, p['mlp_norm'], c), p['mlp'], c)
     x = layers.norm(x, params['final_norm'], c).astype(jnp.float32)  # as T5's logits
-    if c.tie_embeddings:
-      logits = jnp.einsum('BKD,VD->BKV', x, params['embed']['embedding'])
-    else:
-      logits = jnp.einsum('BKD,DV->BKV', x, params['lm_head']['kernel'])
-    logits = logits.astype(jnp.float32)
+    logits = self.project(params, x)
     return (logits, new_cache, x) if return_hidden else (logits, new_cache)
+
+  def project(self, params: PyTree, hidden: jax.Array) -> jax.Array:
+    """The output projection: final hidden states [B, K, D] float32 (after the final norm)
+    -> logits [B, K, V] float32 (heads that draft from the target's hidden states reuse
+    it)."""
+    if self.config.tie_embeddings:
+      logits = jnp.einsum('BKD,VD->BKV', hidden, params['embed']['embedding'])
+    else:
+      logits = jnp.einsum('BKD,DV->BKV', hidden, params['lm_head']['kernel'])
+    return logits.astype(jnp.float32)
 
   def logits(self, params: PyTree, tokens: jax.Array) -> jax.Array:
     """Teacher-forced next-token logits [B, P, V] float32 of tokens [B, P] (from 0)."""

@@ -299,13 +299,20 @@ class T5:
       h = self._norm(x, p['pre_mlp_layer_norm']['scale'])
       x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
     y = dropout(self._norm(x, dec['decoder_norm']['scale']))  # [B, K, D]
+    logits = self.project(params, y)
+    return (logits, new_cache, y) if return_hidden else (logits, new_cache)
+
+  def project(self, params: PyTree, hidden: jax.Array) -> jax.Array:
+    """The output projection: final hidden states [B, K, D] (after decoder_norm) -> logits
+    [B, K, V] float32 (heads that draft from the target's hidden states reuse it)."""
+    cfg = self.config
     if cfg.logits_via_embedding:
       # Tied (v1.0): scale by 1/sqrt(D) as T5X's embedding.attend path and HF do.
-      logits = layers.output_logits(y, params['token_embedder']['embedding'], vocab_axis=0)
-      logits = logits / math.sqrt(cfg.emb_dim)
-    else:
-      logits = layers.output_logits(y, dec['logits_dense']['kernel'], vocab_axis=1)
-    return (logits, new_cache, y) if return_hidden else (logits, new_cache)
+      logits = layers.output_logits(hidden, params['token_embedder']['embedding'],
+                                    vocab_axis=0)
+      return logits / math.sqrt(cfg.emb_dim)
+    return layers.output_logits(hidden, params['decoder']['logits_dense']['kernel'],
+                                vocab_axis=1)
 
   def logits(self, params: PyTree, inputs: jax.Array, decoder_input_tokens: jax.Array,
              dropout_rate: float = 0.0, dropout_rng: jax.Array | None = None) -> jax.Array:

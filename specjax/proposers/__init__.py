@@ -6,5 +6,7 @@ is one through `specjax.core.model_proposer`):
 - `bigram`: a table of next tokens (chains; static and dynamic top-k trees);
 - `hybrid`: the copy where it matches, a draft model elsewhere (chains);
 - `layer_skip`: the target's own first M decoder layers (chains and trees; it reads the
-  target's params and encoding).
+  target's params and encoding);
+- `medusa`: K heads on the target's last hidden state (chains and Medusa trees; trained
+  by `python -m specjax.train_draft`).
 """

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from specjax.core import model_proposer
+from specjax.proposers.of_target import OfTarget
 
 
 def layer_count(model) -> int:
@@ -45,7 +46,7 @@ def truncated(model, layers: int):
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerSkip:
+class LayerSkip(OfTarget):
   """The proposer of the target's first `layers` decoder layers.
 
   It reads the target (`reads_target`): the loop hands it params and encoding as
@@ -58,8 +59,6 @@ class LayerSkip:
 
   target: Any
   layers: int
-
-  reads_target = True
 
   def __post_init__(self):
     truncated(self.target, self.layers)  # the range check, at construction
@@ -74,30 +73,11 @@ class LayerSkip:
     """The cut model's config (sharding rules read head sizes from it)."""
     return self.model.config
 
-  @property
-  def vocab_size(self) -> int:
-    return self.target.vocab_size
-
-  @property
-  def eos_id(self) -> int:
-    return self.target.eos_id
-
-  @property
-  def pad_id(self) -> int:
-    return self.target.pad_id
-
   def init(self, rng: jax.Array) -> dict:
     del rng
     return {}
 
   def param_axes(self) -> dict:
-    return {}
-
-  def encode(self, params, inputs: jax.Array) -> dict:
-    del params, inputs
-    return {}
-
-  def encoded_axes(self) -> dict:
     return {}
 
   def init_cache(self, batch: int, max_len: int, dtype: Any = None):

@@ -21,6 +21,7 @@ from specjax.parallel import mesh as mesh_lib
 from specjax.proposers.bigram import BigramDraft, table_from_counts
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.layer_skip import LayerSkip
+from specjax.proposers.medusa import MedusaHeads
 
 MAX_LEN = 12
 RNG = jax.random.PRNGKey(5)
@@ -63,19 +64,23 @@ def test_tree_decode_on_a_mesh_with_refill_equals_unsharded(pair_and_inputs, ref
     np.testing.assert_array_equal(out.tokens, alone.tokens)
 
 
-@pytest.mark.parametrize('kind', ['copy', 'bigram', 'layerskip'])
+@pytest.mark.parametrize('kind', ['copy', 'bigram', 'layerskip', 'medusa'])
 def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_and_inputs,
                                                                           kind):
   """Sampled with refill on a 2x4 mesh: the copy's static tree of earlier matches, the
   bigram table's dynamic tree, the target's first decoder layer's static tree (layer-skip:
-  the target's params and encoding, sharded, are what it drafts with); greedy rows of the
-  same run stay the target's."""
+  the target's params and encoding, sharded, are what it drafts with), Medusa heads' tree
+  (the target's hidden states, sharded, are what they read); greedy rows of the same run
+  stay the target's."""
   target, tp, _, _, inputs = pair_and_inputs
   vocab = target.vocab_size
   if kind == 'copy':
     draft, dp, shape = CopyDraft(vocab, eos_id=target.eos_id), {}, '3,1,1'
   elif kind == 'layerskip':
     draft, dp, shape = LayerSkip(target, 1), {}, '2,2,1'
+  elif kind == 'medusa':
+    draft = MedusaHeads(target, 2)
+    dp, shape = draft.init(jax.random.PRNGKey(2), scale=1.0), '2,1'
   else:
     draft, dp = BigramDraft(vocab, 3), table_from_counts(
         np.random.default_rng(4).integers(0, 9, (vocab, vocab)), 3)

@@ -1,0 +1,40 @@
+"""The flags of `python -m specjax.train_draft`: each field is the flag of the same name."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from specjax.flags import flag
+
+KINDS = ('medusa',)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainDraftConfig:
+  """A draft-training run."""
+
+  target: str = flag('demo_target', 'target registry name or checkpoint directory (frozen)')
+  target_checkpoint: Optional[str] = flag(None, 'checkpoint of the target (default: bundled '
+                                          'for demo_*)')
+  vocab: Optional[str] = flag(None, 'SentencePiece model of the target (default: the '
+                              'registry\'s or the checkpoint\'s)')
+  kind: str = flag('medusa', 'what to train: medusa, K heads on the target\'s last hidden '
+                   'state (--draft medusa:PATH decodes with them)', choices=KINDS)
+  input: Optional[str] = flag(None, 'training inputs: text lines or JSONL with "inputs" '
+                              '(the target decodes them; its outputs are the labels)')
+  max_examples: int = flag(4096, 'the first N inputs')
+  max_input_len: int = flag(64, 'encoder length (longer inputs are cut)')
+  max_decode_len: int = flag(48, 'the most tokens of each target decode')
+  heads: int = flag(4, 'Medusa heads: head k proposes the token k past the last one')
+  steps: int = flag(1000, 'optimizer steps')
+  batch_size: int = flag(32, 'sequences per step')
+  learning_rate: float = flag(1e-3, 'peak learning rate (Adam, warmup then cosine decay)')
+  warmup_steps: int = flag(50, 'steps of linear warmup')
+  save_every: int = flag(100, 'steps between checkpoints (a rerun resumes from the latest)')
+  seed: int = flag(0, 'of the batches')
+  workdir: Optional[str] = flag(None, 'the run\'s directory: the target\'s decodes and the '
+                                'checkpoints (a rerun with the same one resumes)')
+  output: Optional[str] = flag(None, 'where the trained heads go (default WORKDIR/heads; '
+                               'never overwritten)')
+  quiet: bool = flag(False, 'no progress bars')
+  json: bool = flag(False, 'print the summary as one JSON line')

@@ -1,0 +1,108 @@
+"""python -m specjax.train_draft: trains a draft from the target itself.
+
+    python -m specjax.train_draft --kind medusa --target demo_target --input train.txt \
+        --workdir runs/medusa
+
+The target decodes the inputs (greedy; its outputs are the labels, so the draft learns
+what the target says, not a reference), then K Medusa heads learn, on the target's own
+hidden states, the tokens 1..K past each position. The decodes and checkpoints live in
+--workdir: a killed run, rerun with the same flags, resumes with nothing lost. The heads
+go to --output (bfloat16, with draft.json); `python -m specjax.decode --draft
+medusa:PATH` decodes with them, exactly as the target alone would.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from specjax import interrupt
+
+if __name__ == '__main__':  # before the imports below, which take seconds
+  interrupt.exit_at_once(lambda: 'the decodes and checkpoints so far are in --workdir; '
+                         'rerun the same command to resume')
+
+# pylint: disable=wrong-import-position
+import argparse
+import json
+
+from specjax import flags
+from specjax.checkpoints.registry import bundled
+from specjax.drafting import data as data_lib
+from specjax.drafting import heads_io, medusa
+from specjax.drafting.config import TrainDraftConfig
+from specjax.job.config import DecodeConfig
+from specjax.job.inputs import tokenize
+from specjax.job.pair import load_pair
+from specjax.job.reader import read_inputs
+from specjax.proposers.medusa import MedusaHeads
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog='python -m specjax.train_draft',
+                              description=__doc__.split('\n', 1)[0],
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  flags.add_flags(p, TrainDraftConfig, required=('input', 'workdir'))
+  return p.parse_args(argv)
+
+
+def _inputs(cfg: TrainDraftConfig, vocab):
+  """The training inputs [N, S], tokenized (the bundled pair's task prefix added)."""
+  pair = bundled(cfg.target)
+  examples, _ = read_inputs(cfg.input, pair.prefix if pair else '')
+  examples = examples[:cfg.max_examples]
+  if not examples:
+    raise ValueError(f'{cfg.input} holds no inputs')
+  ids, _ = tokenize(vocab, [e['inputs'] for e in examples], cfg.max_input_len, True)
+  width = max(int((ids != getattr(vocab, 'pad_id', 0)).sum(1).max()), 1)
+  return ids[:, :width]
+
+
+def run(cfg: TrainDraftConfig) -> dict:
+  """Decodes, trains and writes the heads; returns the summary."""
+  output = cfg.output or os.path.join(cfg.workdir, 'heads')
+  if os.path.exists(output):
+    raise FileExistsError(f'{output} exists; pass another --output, or remove it')
+  job = DecodeConfig(target=cfg.target, target_checkpoint=cfg.target_checkpoint,
+                     vocab=cfg.vocab, draft='copy', dtype='float32')
+  target, tp, _, _, vocab = load_pair(job)
+  inputs = _inputs(cfg, vocab)
+  data = data_lib.target_decodes(target, tp, inputs, os.path.join(cfg.workdir, 'decodes'),
+                                 cfg.max_decode_len, progress=not cfg.quiet)
+  model = MedusaHeads(target, cfg.heads)
+  settings = medusa.MedusaTraining(steps=cfg.steps, batch=cfg.batch_size,
+                                   learning_rate=cfg.learning_rate,
+                                   warmup_steps=cfg.warmup_steps, save_every=cfg.save_every,
+                                   seed=cfg.seed)
+  result = medusa.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
+  meta = {'kind': cfg.kind, 'target': cfg.target, 'num_heads': cfg.heads,
+          'hidden': model.width, 'vocab_size': target.vocab_size,
+          'examples': int(len(inputs)), 'input': os.path.basename(cfg.input),
+          'steps': cfg.steps, 'batch_size': cfg.batch_size,
+          'learning_rate': cfg.learning_rate, 'final_loss': result['loss'],
+          'final_accuracy_per_head': result['accuracy']}
+  path = heads_io.save_heads(output, result['heads'], meta)
+  return {**meta, 'output': path}
+
+
+def main(argv=None) -> int:
+  cfg = flags.from_args(TrainDraftConfig, parse_args(argv))
+  try:
+    summary = run(cfg)
+  except (ValueError, FileNotFoundError, FileExistsError, OSError) as e:
+    interrupt.error_line(f'error: {" ".join(str(e).split())}')
+    return 2
+  if cfg.json:
+    print(json.dumps(summary))
+  else:
+    acc = ', '.join(f'{a:.3f}' for a in summary['final_accuracy_per_head'])
+    print(f'{summary["num_heads"]} Medusa heads for {summary["target"]} trained on '
+          f'{summary["examples"]} of its own decodes, {summary["steps"]} steps: loss '
+          f'{summary["final_loss"]:.3f}, accuracy per head {acc} -> {summary["output"]}')
+  return 0
+
+
+if __name__ == '__main__':
+  code = main()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)
