@@ -95,8 +95,12 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'greedy row was identical to the target alone (`identical_to_target` in the '
            'JSON). No early-exit fine-tune: the cut model reads the target\'s final norm '
            'and output projection as they are.', '',
-           '| task | T | draft | c | best chain | tok/call | alpha | best tree | nodes | '
-           'tok/call | alpha |', '|---|---|---|---|---|---|---|---|---|---|---|']
+           'Cost model (docs/algorithm.md, v(K) taken as 1): a chain of G drafts costs '
+           '1 + G c target steps per call, so its speedup is at most tok/call / (1 + G c) '
+           '("chain x": the best chain by it): the draft model\'s c is what makes it pay; layer-skip\'s c is about '
+           'M / L of the target\'s.', '',
+           '| task | T | draft | c | best chain | tok/call | alpha | chain x | best tree | '
+           'nodes | tok/call | alpha |', '|---|---|---|---|---|---|---|---|---|---|---|---|']
   keys = list(dict.fromkeys((r['task'], r['temperature'], r['proposer']) for r in rows))
   fmt = lambda a: '-' if a is None else f'{a:.3f}'
   for task, temperature, kind in keys:
@@ -107,11 +111,27 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
     tree = max((r for r in mine if not r['shape'].startswith('chain')),
                key=lambda r: r['tokens_per_call'])
     c = tasks[task]['c'].get(kind)
+    chains = [r for r in mine if r['shape'].startswith('chain')]
+    bound = '-'
+    if c is not None:
+      x, g = max((r['tokens_per_call'] / (1 + r['nodes'] * c), r['nodes']) for r in chains)
+      bound = f'{x:.2f} (G {g})'
     lines.append(f'| {task} | {temperature:g} | {kind} | {fmt(c)} | {chain["shape"]} | '
-                 f'{chain["tokens_per_call"]:.2f} | {fmt(chain["alpha"])} | {tree["shape"]} | '
+                 f'{chain["tokens_per_call"]:.2f} | {fmt(chain["alpha"])} | {bound} | '
+                 f'{tree["shape"]} | '
                  f'{tree["nodes"]} | {tree["tokens_per_call"]:.2f} | {fmt(tree["alpha"])} |')
   lines += ['', 'Targets\' decoder layers: ' + ', '.join(
       f'{task} {t["layers"]}' for task, t in tasks.items()) + '.']
+  greedy = [r for r in rows if r['temperature'] == 0.0 and r['shape'].startswith('chain')]
+  for task in tasks:
+    best = lambda pick: max((r for r in greedy if r['task'] == task and pick(r['proposer'])),
+                            key=lambda r: r['tokens_per_call'])
+    skip, model = best(lambda k: k.startswith('layerskip')), best(
+        lambda k: not k.startswith('layerskip'))
+    lines.append(f'- {task}, T=0: {skip["proposer"]} accepts {skip["tokens_per_call"]:.2f} '
+                 f'tokens per call ({skip["shape"]}) against the draft model\'s '
+                 f'{model["tokens_per_call"]:.2f}, at c {tasks[task]["c"][skip["proposer"]]:.2f} '
+                 f'against {tasks[task]["c"][model["proposer"]]:.3f}.')
   return '\n'.join(lines) + '\n'
 
 
