@@ -48,9 +48,10 @@ def parse_args(argv=None):
   return p.parse_args(argv)
 
 
-def _costs(task: str, rounds: int) -> dict:
-  """c of each draft of the task, timed in a subprocess with XLA's defaults (this process
-  compiles at the lowest optimisation level)."""
+def costs(task: str, specs: list, rounds: int) -> dict:
+  """c of each draft spec of the task ('model': the task's draft model; others as
+  --draft takes them), timed in a subprocess with XLA's defaults (this process compiles
+  at the lowest optimisation level)."""
   env = {k: v for k, v in os.environ.items() if k != 'JAX_DISABLE_MOST_OPTIMIZATIONS'}
   env['XLA_FLAGS'] = ' '.join(f for f in env.get('XLA_FLAGS', '').split()
                               if 'fusion_emitters' not in f)
@@ -62,17 +63,21 @@ import tree_tokens_per_call as sweep  # sets the test flags: undone before XLA s
 import jax
 jax.config.update('jax_disable_most_optimizations', False)
 os.environ['XLA_FLAGS'] = {env['XLA_FLAGS']!r}
+from specjax.job import drafts
 from specjax.speed import timing
-from specjax.proposers.layer_skip import LayerSkip, layer_count
 target, tp, draft, dp, inputs = sweep.load_task({task!r}, 8)
-out = {{{sweep.TASKS[task] + 'draft'!r}: timing.step_costs(target, tp, draft, dp, inputs[:8], 1, {rounds})['c']}}
-for m in range(1, layer_count(target)):
-  out[f'layerskip:{{m}}'] = timing.step_costs(target, tp, LayerSkip(target, m), {{}},
-                                              inputs[:8], 1, {rounds})['c']
+name = sweep.TASKS[{task!r}] + 'target'
+out = {{}}
+for spec in {specs!r}:
+  d, p = (draft, dp) if spec == 'model' else drafts.resolve_draft(spec, target, name, None)
+  key = sweep.TASKS[{task!r}] + 'draft' if spec == 'model' else spec
+  out[key] = timing.step_costs(target, tp, d, p, inputs[:8], 1, {rounds})['c']
 print(json.dumps(out))
 '''
   run = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
-                       check=True)
+                       check=False)
+  if run.returncode:
+    raise RuntimeError(f'timing c failed: {run.stderr[-2000:]}')
   return json.loads(run.stdout.strip().splitlines()[-1])
 
 
@@ -83,7 +88,8 @@ def run_task(task: str, args) -> tuple:
   proposers.update({f'layerskip:{m}': (LayerSkip(target, m), {}, shapes)
                     for m in range(1, layer_count(target))})
   rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
-  return rows, {'layers': layer_count(target), 'c': _costs(task, args.rounds)}
+  specs = ['model'] + [f'layerskip:{m}' for m in range(1, layer_count(target))]
+  return rows, {'layers': layer_count(target), 'c': costs(task, specs, args.rounds)}
 
 
 def markdown(rows: list, tasks: dict, command: str) -> str:

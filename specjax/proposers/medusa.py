@@ -92,10 +92,12 @@ class MedusaHeads(OfTarget):
     del params, encoded, prompt
     return {'hidden': jnp.zeros_like(state['hidden']), 'at': jnp.full_like(state['at'], -1)}
 
-  def logits(self, params, state, pos: jax.Array) -> jax.Array:
-    """Every head's logits below each row's root at pos [B]: [B, K, V] float32."""
+  def logits(self, params, state, pos: jax.Array, count: Optional[int] = None) -> jax.Array:
+    """The first `count` heads' logits (default all K) below each row's root at pos [B]:
+    [B, count, V] float32."""
     hidden = jnp.where((state['at'] == pos)[:, None], state['hidden'], 0.0)  # [B, D]
-    h = head_states(params['own'], hidden)  # [B, K, D]
+    own = jax.tree.map(lambda a: a[:count], params['own'])
+    h = head_states(own, hidden)  # [B, count, D]
     return self.target.project(params['target'], h.astype(jnp.dtype(
         self.target.config.dtype)))
 
@@ -108,14 +110,14 @@ class MedusaHeads(OfTarget):
               cfg, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
     """A chain of cfg.gamma head tokens, or the tree cfg.tree of the heads' top tokens."""
     del encoded, active
-    heads = self.logits(params, state, pos)  # [B, K, V]
+    depth = cfg.tree.depth_count if cfg.tree is not None else cfg.gamma
+    self._check(depth, 'the tree' if cfg.tree is not None else f'gamma {cfg.gamma}')
+    heads = self.logits(params, state, pos, depth)  # [B, D, V]: the heads the depth needs
     if cfg.tree is not None:
-      self._check(cfg.tree.depth_count, 'the tree')
       # The tree grower's calls: the nodes fed at depth d - 1 get head d.
       scorer = proposal_lib.Scorer(self._tree_scores(heads, pos))
       p = tree_draft.propose(scorer, state, seq, pos, keys, sampling, cfg)
       return p._replace(slots=None, scratch=0)
-    self._check(cfg.gamma, f'gamma {cfg.gamma}')
     scorer = proposal_lib.Scorer(self._chain_scores(heads, pos))
     d = steps.draft_block(scorer, state, seq, pos, keys, sampling, cfg)
     return proposal_lib.chain(d.x, d.q, state, d.nonfinite, d.confidence)
@@ -140,8 +142,8 @@ class MedusaHeads(OfTarget):
     return decode
 
   def _pick(self, heads: jax.Array, at: jax.Array) -> jax.Array:
-    """heads [B, K, V] at depth `at` [B, K'] (0: the root, head 1): [B, K', V]."""
-    index = jnp.clip(at, 0, self.num_heads - 1)
+    """heads [B, D, V] at depth `at` [B, K'] (0: the root, head 1): [B, K', V]."""
+    index = jnp.clip(at, 0, heads.shape[1] - 1)
     return jnp.take_along_axis(heads, index[..., None], axis=1)
 
   def accepted(self, state, proposal, path, n, pos, hidden=None) -> dict:

@@ -206,9 +206,14 @@ def draft_after_sweep(draft, dp, inputs, gamma: int, sweep_bytes: int, repeats: 
 
 def own_model(draft, tp, dp) -> tuple:
   """(model, params) whose step is the draft's: a proposer that drafts with the target's
-  layers (`specjax.core.proposal.reads_target`, layer-skip) is its cut model with the
-  target's params tp; any other draft is itself."""
-  return (draft.model, tp) if reads_target(draft) else (draft, dp)
+  layers (`specjax.core.proposal.reads_target`) is its cut model with the target's params
+  tp (layer-skip), or itself with the view of both params (heads: a proposal of one
+  token, all its heads run); any other draft is itself."""
+  if not reads_target(draft):
+    return draft, dp
+  if hasattr(draft, 'model'):
+    return draft.model, tp
+  return draft, {'target': tp, 'own': dp}
 
 
 def params_bytes(params) -> int:
