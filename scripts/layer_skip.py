@@ -14,7 +14,6 @@ written (replaced where it is already there).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -31,21 +30,7 @@ SHAPES = ['chain 2', 'chain 3', 'chain 4', 'chain 6', '2,2,1', '4,2,1', 'dynamic
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument('--tasks', default='ende,manpages', help='of ' + ', '.join(sweep.TASKS))
-  p.add_argument('--num-examples', type=int, default=64, help='first test lines of each task')
-  p.add_argument('--batch-size', type=int, default=8, help='rows (slots), refilled')
-  p.add_argument('--max-decode-len', type=int, default=48)
-  p.add_argument('--temperatures', default='0,1')
-  p.add_argument('--seeds', type=int, default=2, help='decodes per sampled setting (pooled)')
-  p.add_argument('--shapes', default=';'.join(SHAPES), help='chains and trees, ;-separated')
-  p.add_argument('--rounds', type=int, default=3, help='timing rounds of c (fastest kept)')
-  p.add_argument('--json', required=True, help='the results')
-  p.add_argument('--markdown', help=f'write its "{SECTION}" section into this file')
-  p.add_argument('--render', action='store_true',
-                 help='only write the --markdown section from --json (no decode)')
-  return p.parse_args(argv)
+  return proposer_trees.parser(__doc__, SECTION, ';'.join(SHAPES)).parse_args(argv)
 
 
 def costs(task: str, specs: list, rounds: int) -> dict:
@@ -143,28 +128,10 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  if args.render:
-    with open(args.json, encoding='utf-8') as f:
-      saved = json.load(f)
-    rows, tasks = saved['rows'], saved['tasks']
-  else:
-    rows, tasks = [], {}
-    for task in args.tasks.split(','):
-      task_rows, tasks[task] = run_task(task, args)
-      rows += task_rows
-  greedy = [r for r in rows if 'identical_to_target' in r]
-  if not all(r['identical_to_target'] for r in greedy):
-    print('error: a greedy row is not the target alone\'s output', file=sys.stderr)
-    return 1
-  if not args.render:
-    with open(args.json, 'w', encoding='utf-8') as f:
-      json.dump({'settings': vars(args), 'tasks': tasks, 'rows': rows}, f, indent=1)
-  if args.markdown:
-    command = 'python scripts/layer_skip.py --json docs/layer_skip.json ' \
-              '--markdown docs/benchmarks.md'
-    sweep.SECTION = SECTION
-    sweep.write_section(args.markdown, markdown(rows, tasks, command))
-  return 0
+  rows, tasks = proposer_trees.collect(args, run_task)
+  command = 'python scripts/layer_skip.py --json docs/layer_skip.json --markdown docs/benchmarks.md'
+  code = proposer_trees.finish(args, rows, tasks, SECTION, markdown(rows, tasks, command))
+  return code
 
 
 if __name__ == '__main__':

@@ -38,8 +38,10 @@ SETTINGS = {
 }
 
 
-def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0],
+def parser(doc: str, section: str, shapes: str = '') -> argparse.ArgumentParser:
+  """The flags these measurement scripts share (with --shapes and --rounds when `shapes`
+  is given: the default chains and trees, and c's timing rounds)."""
+  p = argparse.ArgumentParser(description=doc.split('\n', 1)[0],
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
   p.add_argument('--tasks', default='ende,manpages', help='of ' + ', '.join(sweep.TASKS))
   p.add_argument('--num-examples', type=int, default=64, help='first test lines of each task')
@@ -47,20 +49,57 @@ def parse_args(argv=None):
   p.add_argument('--max-decode-len', type=int, default=48)
   p.add_argument('--temperatures', default='0,1')
   p.add_argument('--seeds', type=int, default=2, help='decodes per sampled setting (pooled)')
+  if shapes:
+    p.add_argument('--shapes', default=shapes, help='chains and trees, ;-separated')
+    p.add_argument('--rounds', type=int, default=3, help='timing rounds of c (fastest kept)')
   p.add_argument('--json', required=True, help='the results')
-  p.add_argument('--markdown', help=f'write its "{SECTION}" section into this file')
+  p.add_argument('--markdown', help=f'write its "{section}" section into this file')
   p.add_argument('--render', action='store_true',
                  help='only write the --markdown section from --json (no decode)')
-  return p.parse_args(argv)
+  return p
 
 
-def run_task(task: str, args) -> list:
+def parse_args(argv=None):
+  return parser(__doc__, SECTION).parse_args(argv)
+
+
+def collect(args, run_task) -> tuple:
+  """(rows, per-task info): read from --json with --render, else `run_task(task, args)`
+  -> (rows, info) of each of --tasks."""
+  if args.render:
+    with open(args.json, encoding='utf-8') as f:
+      saved = json.load(f)
+    return saved['rows'], saved.get('tasks', {})
+  rows, tasks = [], {}
+  for task in args.tasks.split(','):
+    task_rows, tasks[task] = run_task(task, args)
+    rows += task_rows
+  return rows, tasks
+
+
+def finish(args, rows: list, tasks: dict, section: str, text: str) -> int:
+  """Refuses a greedy row that is not the target alone's (1); else writes --json (unless
+  rendering) and the --markdown section `text` (0)."""
+  greedy = [r for r in rows if 'identical_to_target' in r]
+  if not all(r['identical_to_target'] for r in greedy):
+    print('error: a greedy row is not the target alone\'s output', file=sys.stderr)
+    return 1
+  if not args.render:
+    with open(args.json, 'w', encoding='utf-8') as f:
+      json.dump({'settings': vars(args), 'tasks': tasks, 'rows': rows}, f, indent=1)
+  if args.markdown:
+    sweep.SECTION = section
+    sweep.write_section(args.markdown, text)
+  return 0
+
+
+def run_task(task: str, args) -> tuple:
   target, tp, _, _, inputs = sweep.load_task(task, args.num_examples)
   name = sweep.TASKS[task] + 'target'
   proposers = {'copy': (drafts.copy_draft(target), {}, SETTINGS['copy']),
                'bigram': (*drafts.resolve_draft('bigram', target, name, None),
                           SETTINGS['bigram'])}
-  return decode_rows(task, target, tp, inputs, proposers, args)
+  return decode_rows(task, target, tp, inputs, proposers, args), {}
 
 
 def decode_rows(task: str, target, tp, inputs, proposers: dict, args) -> list:
@@ -132,24 +171,10 @@ def markdown(rows: list, command: str) -> str:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  if args.render:
-    with open(args.json, encoding='utf-8') as f:
-      rows = json.load(f)['rows']
-  else:
-    rows = [row for task in args.tasks.split(',') for row in run_task(task, args)]
-  greedy = [r for r in rows if 'identical_to_target' in r]
-  if not all(r['identical_to_target'] for r in greedy):
-    print('error: a greedy row is not the target alone\'s output', file=sys.stderr)
-    return 1
-  if not args.render:
-    with open(args.json, 'w', encoding='utf-8') as f:
-      json.dump({'settings': vars(args), 'rows': rows}, f, indent=1)
-  if args.markdown:
-    command = 'python scripts/proposer_trees.py --json docs/proposer_trees.json ' \
-              '--markdown docs/benchmarks.md'
-    sweep.SECTION = SECTION
-    sweep.write_section(args.markdown, markdown(rows, command))
-  return 0
+  rows, tasks = collect(args, run_task)
+  command = 'python scripts/proposer_trees.py --json docs/proposer_trees.json ' \
+            '--markdown docs/benchmarks.md'
+  return finish(args, rows, tasks, SECTION, markdown(rows, command))
 
 
 if __name__ == '__main__':

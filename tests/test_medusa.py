@@ -241,6 +241,11 @@ def test_train_draft_cli_trains_heads_that_accept_more_and_decodes_with_them(tmp
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result['identical_to_target'] is True
     accepted[name] = result['accepted_tokens']
+  for bad, named in ((['--draft-threshold', '0.3'], 'drop --draft-threshold'),
+                     (['--gamma', '6'], 'heads reach 4')):
+    assert decode.main(['--input', str(src), '--draft', f'medusa:{path}', '--quiet'] + bad) == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and '\n' not in err
   from specjax import checkpoints  # pylint: disable=import-outside-toplevel
   from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS  # pylint: disable=import-outside-toplevel
   target, tp = checkpoints.load_model('demo_target', DEFAULT_CHECKPOINTS['demo_target'])

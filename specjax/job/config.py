@@ -47,7 +47,8 @@ class DecodeConfig:
                     'TABLE.npz); copy+NAME: copy where the output repeats the input, the '
                     'model NAME elsewhere; layerskip:M: the target\'s own first M decoder '
                     'layers (no draft model); medusa:PATH: Medusa heads trained by python -m '
-                    'specjax.train_draft')
+                    'specjax.train_draft (medusa: the ones bundled for demo_target and '
+                    'manpages_target)')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
                                           'the target (default: bundled for demo_*, the '
                                           'public T5X one on GCS for t5_*)')
@@ -239,6 +240,9 @@ class DecodeConfig:
                        '--gamma at most --max-decode-len')
     if self.max_gamma < 1:
       raise ValueError(f'--max-gamma must be >= 1, got {self.max_gamma}')
+    medusa = self.draft == drafts.MEDUSA or self.draft.startswith(drafts.MEDUSA + ':')
+    if medusa and self.draft_threshold > 0:
+      raise ValueError('Medusa heads propose their tokens together: drop --draft-threshold')
     self.rule.checked(self.sampling.greedy)
 
   def _check_tree(self) -> None:

@@ -127,9 +127,11 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
       inputs.unit, -(-min(PROBE_INPUTS, len(inputs.examples)) // job.batch_size)
       * job.batch_size)
   probe = inputs.padded(inputs.ids[:count], job.pad_inputs, count)
+  # Heads reach as far as they are many (Medusa): no gamma past them.
+  most = min(job.auto_gammas, getattr(draft, 'num_heads', job.auto_gammas))
   gamma, reason, costs = calibrate.choose_gamma(
       target, tp, draft, dp, probe[:job.batch_size], job.sampling, job.max_decode_len,
-      max_gamma=job.auto_gammas, probe_gamma=min(4, job.auto_gammas), mesh=mesh, rules=job_rules(job), probe=probe,
+      max_gamma=most, probe_gamma=min(4, most), mesh=mesh, rules=job_rules(job), probe=probe,
       slots=job.batch_size if job.refill else None, **rule_kwargs(job))
   calibration = {'alpha': costs['alpha'], 'c': costs['c'],
                  'v': {str(k): x for k, x in costs['v'].items()},

@@ -7,7 +7,8 @@
 - `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere;
 - `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`);
 - `medusa:PATH`: Medusa heads on the target's hidden states (`specjax.proposers.medusa`),
-  trained by `python -m specjax.train_draft`.
+  trained by `python -m specjax.train_draft`; `medusa`: the heads bundled for demo_target
+  and manpages_target.
 """
 from __future__ import annotations
 
@@ -25,20 +26,23 @@ from specjax.proposers.medusa import MedusaHeads
 # The bigram table of each registry target that ships one.
 DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
                    'manpages_target': os.path.join(MANPAGES_ASSETS, 'bigram.npz')}
-COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa:'
+# The Medusa heads of each registry target that ships them.
+DEFAULT_MEDUSA = {'demo_target': os.path.join(ASSETS, 'medusa'),
+                  'manpages_target': os.path.join(MANPAGES_ASSETS, 'medusa')}
+COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa'
 
 
 def is_builtin(spec: str) -> bool:
   """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME,
   layerskip:M, medusa:PATH)."""
-  return spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP, MEDUSA))
+  return spec in (COPY, BIGRAM, MEDUSA) or spec.startswith((HYBRID, LAYER_SKIP, MEDUSA + ':'))
 
 
 def model_name(spec: str) -> Optional[str]:
   """The draft model a spec loads (NAME of copy+NAME, spec itself for a model), or None."""
   if spec.startswith(HYBRID):
     return spec[len(HYBRID):]
-  return None if spec in (COPY, BIGRAM) or spec.startswith((LAYER_SKIP, MEDUSA)) else spec
+  return None if is_builtin(spec) else spec
 
 
 def layer_skip_layers(spec: str) -> int:
@@ -85,7 +89,7 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
   """(draft, params) for a --draft spec.
 
   Args:
-    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'medusa:PATH', or a model NAME.
+    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'medusa[:PATH]', or a model NAME.
     target: the loaded target (vocabulary size and special ids).
     target_name: its --target (which bundled bigram table is its own).
     load_model: NAME -> (model, params), the pair's loader.
@@ -106,8 +110,12 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
     return load_table(path, target.vocab_size, target.eos_id, target.pad_id)
   if spec.startswith(LAYER_SKIP):
     return LayerSkip(target, layer_skip_layers(spec)), {}
-  if spec.startswith(MEDUSA):
-    return medusa_heads(spec[len(MEDUSA):], target)
+  if spec == MEDUSA or spec.startswith(MEDUSA + ':'):
+    path = spec[len(MEDUSA) + 1:] or DEFAULT_MEDUSA.get(target_name)
+    if path is None:
+      raise ValueError(f'no Medusa heads ship with {target_name}; train them with python -m '
+                       'specjax.train_draft and pass --draft medusa:PATH')
+    return medusa_heads(path, target)
   if spec.startswith(HYBRID):
     model, params = load_model(spec[len(HYBRID):])
     return HybridDraft(copy_draft(target), model), params

@@ -1,0 +1,127 @@
+"""Medusa heads beside the task's draft model: tokens per target call and alpha of the best
+chain and the best tree of each, on the bundled tasks' first test lines, at each
+temperature, each draft's cost c, and the heads' model cards.
+
+    python scripts/medusa_heads.py --json docs/medusa_heads.json --markdown docs/benchmarks.md
+
+The heads are the bundled ones (`--draft medusa`: specjax/assets/*/medusa, trained by
+`python -m specjax.train_draft`). Tokens per target call and alpha are hardware-free
+(programs compiled at XLA's lowest optimisation level, as scripts/tree_tokens_per_call.py
+does); c is timed on this machine with XLA's defaults (`scripts/layer_skip.py`'s `costs`).
+With --markdown, the section "## Medusa heads" of that file is written (replaced where it
+is already there), and each task's heads get their MODEL_CARD.md.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tree_tokens_per_call as sweep  # pylint: disable=wrong-import-position  # sets XLA flags
+import layer_skip  # pylint: disable=wrong-import-position
+import proposer_trees  # pylint: disable=wrong-import-position
+
+from specjax.drafting import heads_io  # pylint: disable=wrong-import-position
+from specjax.job import drafts  # pylint: disable=wrong-import-position
+
+SECTION = '## Medusa heads'
+SHAPES = ['chain 1', 'chain 2', 'chain 3', 'chain 4', '2,1', '3,2,1', '4,2,2,1', '2,2,2,2',
+          'dynamic:16:4:4']
+
+
+def parse_args(argv=None):
+  return proposer_trees.parser(__doc__, SECTION, ';'.join(SHAPES)).parse_args(argv)
+
+
+def run_task(task: str, args) -> tuple:
+  target, tp, draft, dp, inputs = sweep.load_task(task, args.num_examples)
+  name = sweep.TASKS[task] + 'target'
+  shapes = args.shapes.split(';')
+  heads, hp = drafts.resolve_draft('medusa', target, name, None)
+  proposers = {sweep.TASKS[task] + 'draft': (draft, dp, shapes),
+               'medusa': (heads, hp, shapes)}
+  rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
+  meta, _ = heads_io.load_heads(_path(task))
+  return rows, {'c': layer_skip.costs(task, ['model', 'medusa'], args.rounds), 'heads': meta}
+
+
+def _path(task: str) -> str:
+  """The task target's bundled heads."""
+  return drafts.DEFAULT_MEDUSA[sweep.TASKS[task] + 'target']
+
+
+def _best(rows, chain: bool):
+  mine = [r for r in rows if r['shape'].startswith('chain') == chain]
+  return max(mine, key=lambda r: r['tokens_per_call'])
+
+
+def markdown(rows: list, tasks: dict, command: str) -> str:
+  lines = [SECTION, '', f'`{command}`', '',
+           'The bundled Medusa heads (`--draft medusa`: K = 4 heads on the target\'s last '
+           'hidden state, trained by `python -m specjax.train_draft` on the target\'s own '
+           'greedy decodes of 4096 training inputs; their MODEL_CARD.md says how) beside '
+           'the task\'s draft model. Tokens per target call (hardware-free) and alpha of '
+           'the best chain and the best tree of each; c, one proposal over a target step, '
+           'timed on this CPU (XLA defaults). Every greedy row was identical to the target '
+           'alone (`identical_to_target` in the JSON).', '',
+           '| task | T | draft | c | best chain | tok/call | alpha | best tree | nodes | '
+           'tok/call | alpha |', '|---|---|---|---|---|---|---|---|---|---|---|']
+  fmt = lambda a: '-' if a is None else f'{a:.3f}'
+  for task, temperature, kind in dict.fromkeys(
+      (r['task'], r['temperature'], r['proposer']) for r in rows):
+    mine = [r for r in rows if (r['task'], r['temperature'], r['proposer']) ==
+            (task, temperature, kind)]
+    chain, tree = _best(mine, True), _best(mine, False)
+    lines.append(f'| {task} | {temperature:g} | {kind} | {fmt(tasks[task]["c"].get(kind))} | '
+                 f'{chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
+                 f'{fmt(chain["alpha"])} | {tree["shape"]} | {tree["nodes"]} | '
+                 f'{tree["tokens_per_call"]:.2f} | {fmt(tree["alpha"])} |')
+  return '\n'.join(lines) + '\n'
+
+
+def card(task: str, rows: list, info: dict) -> str:
+  """The heads' MODEL_CARD.md."""
+  meta = info['heads']
+  size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(_path(task))
+             for f in fs if f != 'MODEL_CARD.md')
+  lines = [f'# Medusa heads for {meta["target"]}', '',
+           'Written by `scripts/medusa_heads.py`; do not edit by hand.', '',
+           f'{meta["num_heads"]} heads, each h + SiLU(h W_k + b_k) on the target\'s final '
+           f'hidden state (D = {meta["hidden"]}), read through the target\'s own output '
+           'projection: head k proposes the token k past the last one. '
+           f'{meta["num_heads"]} x {meta["hidden"]} x ({meta["hidden"]} + 1) params, stored '
+           f'bfloat16: {size / 1e6:.2f} MB on disk.', '',
+           f'Trained by `python -m specjax.train_draft --kind medusa --target {meta["target"]}` '
+           f'on the target\'s own greedy decodes of the first {meta["examples"]} inputs of '
+           f'the task\'s train split (`{meta["input"]}`: never the test lines below), '
+           f'{meta["steps"]} steps of {meta["batch_size"]} sequences, Adam at '
+           f'{meta["learning_rate"]:g}; final loss {meta["final_loss"]:.3f}, teacher-forced '
+           'accuracy per head ' + ', '.join(f'{a:.3f}' for a in meta['final_accuracy_per_head'])
+           + '.', '',
+           f'Measured on the first test lines of the task ({task}; docs/benchmarks.md, '
+           '"Medusa heads"):', '',
+           '| T | best chain | tokens per call | alpha | best tree | tokens per call | alpha |',
+           '|---|---|---|---|---|---|---|']
+  for temperature in sorted({r['temperature'] for r in rows}):
+    mine = [r for r in rows if r['proposer'] == 'medusa' and r['temperature'] == temperature]
+    chain, tree = _best(mine, True), _best(mine, False)
+    lines.append(f'| {temperature:g} | {chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
+                 f'{chain["alpha"]:.3f} | {tree["shape"]} | {tree["tokens_per_call"]:.2f} | '
+                 f'{tree["alpha"]:.3f} |')
+  return '\n'.join(lines) + '\n'
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  rows, tasks = proposer_trees.collect(args, run_task)
+  command = 'python scripts/medusa_heads.py --json docs/medusa_heads.json --markdown docs/benchmarks.md'
+  code = proposer_trees.finish(args, rows, tasks, SECTION, markdown(rows, tasks, command))
+  if code == 0 and args.markdown:
+    for task in tasks:
+      with open(os.path.join(_path(task), 'MODEL_CARD.md'), 'w', encoding='utf-8') as f:
+        f.write(card(task, [r for r in rows if r['task'] == task], tasks[task]))
+  return code
+
+
+if __name__ == '__main__':
+  sys.exit(main())
