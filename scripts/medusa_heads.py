@@ -25,6 +25,7 @@ from specjax.drafting import heads_io  # pylint: disable=wrong-import-position
 from specjax.job import drafts  # pylint: disable=wrong-import-position
 
 SECTION = '## Medusa heads'
+CORPUS = {'ende': 'scripts/build_demo_corpus.py', 'manpages': 'scripts/build_manpage_corpus.py'}
 SHAPES = ['chain 1', 'chain 2', 'chain 3', 'chain 4', '2,1', '3,2,1', '4,2,2,1', '2,2,2,2',
           'dynamic:16:4:4']
 
@@ -93,7 +94,8 @@ def card(task: str, rows: list, info: dict) -> str:
            f'bfloat16: {size / 1e6:.2f} MB on disk.', '',
            f'Trained by `python -m specjax.train_draft --kind medusa --target {meta["target"]}` '
            f'on the target\'s own greedy decodes of the first {meta["examples"]} inputs of '
-           f'the task\'s train split (`{meta["input"]}`: never the test lines below), '
+           f'the task\'s train split (`{CORPUS[task]}` writes it; never the test lines '
+           'below), '
            f'{meta["steps"]} steps of {meta["batch_size"]} sequences, Adam at '
            f'{meta["learning_rate"]:g}; final loss {meta["final_loss"]:.3f}, teacher-forced '
            'accuracy per head ' + ', '.join(f'{a:.3f}' for a in meta['final_accuracy_per_head'])

@@ -1,6 +1,6 @@
 """Layer-skip self-speculation: the target's own first M decoder layers draft for it.
 
-Greedy chains, static and dynamic trees are the target's own output on both bundled pairs'
+Greedy chains and trees are the target's own output on both bundled pairs'
 test lines (with refill) and on Llama and GPT-2 targets; more of the target's layers accept
 more (the draft reads the target's encoding and params, not noise); sampled, the first three
 tokens follow the target's distribution (chi-square against enumerated probabilities,
@@ -15,7 +15,7 @@ import pytest
 
 import specjax
 from specjax import decode
-from specjax.core import acceptance, tree
+from specjax.core import acceptance
 from specjax.job import drafts
 from specjax.proposers.layer_skip import LayerSkip, truncated
 from stats_util import chi_square_pvalue, enumerate_lm, tiny_lm
@@ -24,8 +24,7 @@ from test_lm_speculative import _prompts
 from test_tree_decode import _demo_lines, _test_lines
 
 
-@pytest.mark.parametrize('shape', [None, '2,2,1', tree.DynamicTree(8, 4, 2)],
-                         ids=['chain4', 'static2-2-1', 'dynamic8-4-2'])
+@pytest.mark.parametrize('shape', [None, '2,2,1'], ids=['chain4', 'static2-2-1'])
 def test_greedy_layer_skip_is_the_targets_on_demo_lines(demo_pair, shape):
   target, tp, _, _ = demo_pair
   inputs = _demo_lines(16)

@@ -24,6 +24,7 @@ from specjax import decode, train_draft
 from specjax.core import acceptance, tree, tree_accept
 from specjax.drafting import data as data_lib
 from specjax.drafting import heads_io, medusa
+from specjax.job import drafts
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny
 from specjax.proposers.medusa import MedusaHeads
@@ -45,10 +46,11 @@ def test_greedy_medusa_is_the_targets_on_demo_lines(demo_pair, shape):
   inputs = _demo_lines(16)
   kw = dict(max_decode_len=20, slots=8)  # refill: 16 inputs through 8 rows
   ref = specjax.autoregressive_decode(target, tp, inputs, **kw)
-  heads, hp = _random_heads(target)
+  heads, hp = drafts.resolve_draft('medusa', target, 'demo_target', None)  # the bundled
   out = specjax.speculative_decode(target, tp, heads, hp, inputs, tree=shape,
                                    gamma=3 if shape is None else None, **kw)
   np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert int(out.stats.accepted.sum()) > 0  # the bundled heads' tokens were accepted
 
 
 def test_greedy_medusa_is_the_targets_on_manpages_lines(manpages_pair):
@@ -56,9 +58,10 @@ def test_greedy_medusa_is_the_targets_on_manpages_lines(manpages_pair):
   inputs = _test_lines('manpages_', 8)
   kw = dict(max_decode_len=16)
   ref = specjax.autoregressive_decode(target, tp, inputs, **kw)
-  heads, hp = _random_heads(target, 4)
+  heads, hp = drafts.resolve_draft('medusa', target, 'manpages_target', None)
   out = specjax.speculative_decode(target, tp, heads, hp, inputs, gamma=4, **kw)
   np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert int(out.stats.accepted.sum()) > 0
 
 
 @pytest.mark.parametrize('family, shape', [('llama', '2,1'), ('gpt2', None)],
