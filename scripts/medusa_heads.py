@@ -13,6 +13,7 @@ is already there), and each task's heads get their MODEL_CARD.md.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -77,6 +78,41 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
                  f'{chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
                  f'{fmt(chain["alpha"])} | {tree["shape"]} | {tree["nodes"]} | '
                  f'{tree["tokens_per_call"]:.2f} | {fmt(tree["alpha"])} |')
+  lines.append('')
+  for task in tasks:
+    greedy = [r for r in rows if r['task'] == task and r['temperature'] == 0.0]
+    heads = _best([r for r in greedy if r['proposer'] == 'medusa'], False)
+    model = _best([r for r in greedy if r['proposer'] != 'medusa'], True)
+    lines.append(f'- {task}, T=0: the heads\' best tree {heads["tokens_per_call"]:.2f} tokens '
+                 f'per call against the draft model\'s chain {model["tokens_per_call"]:.2f}: '
+                 'on these 10 M-parameter targets one D x D layer per head on the last hidden '
+                 'state predicts two or more tokens ahead poorly (alpha '
+                 f'{heads["alpha"]:.2f} against {model["alpha"]:.2f}).')
+  tpu = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs',
+                     'tpu_medusa_cost.json')
+  if os.path.exists(tpu):
+    with open(tpu, encoding='utf-8') as f:
+      cost = json.load(f)
+    lines += ['', 'Compile-only TPU v4, T5-XXL, one chip (`python scripts/tpu_medusa_cost.py '
+              '--json docs/tpu_medusa_cost.json`, roofline times):', '',
+              '| batch | 4 heads\' proposal / T5-XXL step | t5_small step / T5-XXL step | '
+              'predicted x, heads (chain 4) | predicted x, t5_small (gamma 4) |',
+              '|---|---|---|---|---|']
+    for batch in ('B=1', 'B=8'):
+      pr = cost[batch]['predicted']
+      lines.append(f'| {batch[2:]} | {pr["c_medusa_proposal"]:.4f} | '
+                   f'{pr["c_t5_small_step"]:.4f} | {pr["medusa speedup"]:.2f} | '
+                   f'{pr["t5_small gamma 4 speedup"]:.2f} |')
+    lines += ['', 'The prediction takes the EnDe demo pair\'s tokens per call (heads\' chain 4: '
+              f'{cost["tokens_per_call"]["medusa"]:.2f}; demo_draft\'s gamma 4: '
+              f'{cost["tokens_per_call"]["t5_small gamma 4"]:.2f}) as T5-XXL\'s, and a verify '
+              'of 5 tokens as one step. A proposal of all 4 heads costs '
+              + ' and '.join(f'{p["c_medusa_proposal"] / p["c_t5_small_step"]:.1f} t5_small '
+                             f'steps at batch {b[2:]}' for b, p in
+                             ((b, cost[b]['predicted']) for b in ('B=1', 'B=8')))
+              + ', about what t5_small\'s chain of 4 costs: heads that accepted as a draft '
+              'model does would predict about the same speedup, with no draft model to train '
+              'or serve; these do not accept enough.']
   return '\n'.join(lines) + '\n'
 
 
@@ -97,8 +133,8 @@ def card(task: str, rows: list, info: dict) -> str:
            f'the task\'s train split (`{CORPUS[task]}` writes it; never the test lines '
            'below), '
            f'{meta["steps"]} steps of {meta["batch_size"]} sequences, Adam at '
-           f'{meta["learning_rate"]:g}; final loss {meta["final_loss"]:.3f}, teacher-forced '
-           'accuracy per head ' + ', '.join(f'{a:.3f}' for a in meta['final_accuracy_per_head'])
+           f'{meta["learning_rate"]:g}; on its last training batch, loss {meta["final_loss"]:.3f} '
+           'and teacher-forced accuracy per head ' + ', '.join(f'{a:.3f}' for a in meta['final_accuracy_per_head'])
            + '.', '',
            f'Measured on the first test lines of the task ({task}; docs/benchmarks.md, '
            '"Medusa heads"):', '',
