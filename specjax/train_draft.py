@@ -45,13 +45,18 @@ def parse_args(argv=None) -> argparse.Namespace:
   return p.parse_args(argv)
 
 
-def _inputs(cfg: TrainDraftConfig, vocab):
-  """The training inputs [N, S], tokenized (the bundled pair's task prefix added)."""
+def _examples(cfg: TrainDraftConfig) -> list:
+  """The training examples (the bundled pair's task prefix added): read before any model
+  loads, so that a bad file fails at once."""
   pair = bundled(cfg.target)
   examples, _ = read_inputs(cfg.input, pair.prefix if pair else '')
-  examples = examples[:cfg.max_examples]
   if not examples:
     raise ValueError(f'{cfg.input} holds no inputs')
+  return examples[:cfg.max_examples]
+
+
+def _inputs(cfg: TrainDraftConfig, examples: list, vocab):
+  """The training inputs [N, S], tokenized (cut at --max-input-len)."""
   ids, _ = tokenize(vocab, [e['inputs'] for e in examples], cfg.max_input_len, True)
   width = max(int((ids != getattr(vocab, 'pad_id', 0)).sum(1).max()), 1)
   return ids[:, :width]
@@ -62,10 +67,11 @@ def run(cfg: TrainDraftConfig) -> dict:
   output = cfg.output or os.path.join(cfg.workdir, 'heads')
   if os.path.exists(output):
     raise FileExistsError(f'{output} exists; pass another --output, or remove it')
+  examples = _examples(cfg)
   job = DecodeConfig(target=cfg.target, target_checkpoint=cfg.target_checkpoint,
                      vocab=cfg.vocab, draft='copy', dtype='float32')
   target, tp, _, _, vocab = load_pair(job)
-  inputs = _inputs(cfg, vocab)
+  inputs = _inputs(cfg, examples, vocab)
   data = data_lib.target_decodes(target, tp, inputs, os.path.join(cfg.workdir, 'decodes'),
                                  cfg.max_decode_len, progress=not cfg.quiet)
   model = MedusaHeads(target, cfg.heads)

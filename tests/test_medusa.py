@@ -231,6 +231,10 @@ def test_train_draft_cli_trains_heads_that_accept_more_and_decodes_with_them(tmp
   assert train_draft.main(args) == 2  # the heads exist: nothing is overwritten
   err = capsys.readouterr().err.strip()
   assert 'exists' in err and '\n' not in err
+  assert train_draft.main(['--input', str(tmp_path / 'none.txt'), '--workdir',
+                           str(tmp_path / 'other')]) == 2
+  err = capsys.readouterr().err.strip()
+  assert 'none.txt does not exist' in err and '\n' not in err
   accepted = {}
   for name, spec in (('trained', f'medusa:{path}'), ('missing', f'medusa:{tmp_path}')):
     code = decode.main(['--input', str(src), '--draft', spec, '--gamma', '3',
