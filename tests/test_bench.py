@@ -180,7 +180,8 @@ def quick_bench(tmp_path_factory):
   tmp = tmp_path_factory.mktemp('bench')
   out, png, md = tmp / 'b.json', tmp / 'b.png', tmp / 'b.md'
   assert cli.main(['--quick', '--json', str(out), '--plot', str(png), '--markdown', str(md),
-                   '--peers', 'hf', '--drafts', 'copy', '--verifications', 'token,block',
+                   '--peers', 'hf', '--drafts', 'copy,layerskip:1',
+                   '--verifications', 'token,block',
                    '--variant-gammas', '2', '--thresholds', '0.5', '--threshold-gamma', '3',
                    '--threshold-rules', 'cumulative']) == 0
   _RUN['bench'] = (json.loads(out.read_text()), png, md.read_text())
@@ -335,6 +336,8 @@ def test_quick_bench_rows_beyond_the_draft_model(quick_bench):
   kinds = {(r['draft'], r['verification'], r['draft_threshold'], r['temperature'])
            for r in variants}
   assert ('copy', 'block', 0.0, 1.0) in kinds and ('t5_tiny_draft', 'token', 0.5, 0.0) in kinds
+  # a draft that reads the target (layer-skip: its step is timed on the target's params)
+  assert {('layerskip:1', 'token', 0.0, 0.0), ('layerskip:1', 'block', 0.0, 1.0)} <= kinds
   assert ('copy', 'block', 0.0, 0.0) not in kinds  # greedy block rows are the token rule's
   dynamic = {(r['threshold_rule'], r['gamma'], r['temperature']) for r in variants
              if r['draft_threshold'] > 0}

@@ -197,7 +197,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'prefill_seconds': lambda: prefill(draft, dp, gamma),
       'baseline_prefill_seconds': lambda: prefill(None, None, 0),
       't_1': lambda: calls(target, tp, 1), 't_verify': lambda: calls(target, tp, gamma + 1),
-      't_draft': lambda: calls(draft, dp, 1, True),
+      't_draft': lambda: calls(*timing.own_model(draft, tp, dp), 1, True),
       'model_calls_seconds': lambda: timing.model_calls_seconds(
           target, tp, draft, dp, x0, gamma, repeats, cache_len, trials=1),
   }, rounds)
