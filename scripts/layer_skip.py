@@ -92,17 +92,11 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'M / L of the target\'s.', '',
            '| task | T | draft | c | best chain | tok/call | alpha | chain x | best tree | '
            'nodes | tok/call | alpha |', '|---|---|---|---|---|---|---|---|---|---|---|---|']
-  keys = list(dict.fromkeys((r['task'], r['temperature'], r['proposer']) for r in rows))
   fmt = lambda a: '-' if a is None else f'{a:.3f}'
-  for task, temperature, kind in keys:
-    mine = [r for r in rows if (r['task'], r['temperature'], r['proposer']) ==
-            (task, temperature, kind)]
-    chain = max((r for r in mine if r['shape'].startswith('chain')),
-                key=lambda r: r['tokens_per_call'])
-    tree = max((r for r in mine if not r['shape'].startswith('chain')),
-               key=lambda r: r['tokens_per_call'])
+  for task, temperature, kind, chain, tree in proposer_trees.best_by_group(rows):
     c = tasks[task]['c'].get(kind)
-    chains = [r for r in mine if r['shape'].startswith('chain')]
+    chains = [r for r in rows if (r['task'], r['temperature'], r['proposer']) ==
+              (task, temperature, kind) and r['shape'].startswith('chain')]
     bound = '-'
     if c is not None:
       x, g = max((r['tokens_per_call'] / (1 + r['nodes'] * c), r['nodes']) for r in chains)

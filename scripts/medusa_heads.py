@@ -69,11 +69,7 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            '| task | T | draft | c | best chain | tok/call | alpha | best tree | nodes | '
            'tok/call | alpha |', '|---|---|---|---|---|---|---|---|---|---|---|']
   fmt = lambda a: '-' if a is None else f'{a:.3f}'
-  for task, temperature, kind in dict.fromkeys(
-      (r['task'], r['temperature'], r['proposer']) for r in rows):
-    mine = [r for r in rows if (r['task'], r['temperature'], r['proposer']) ==
-            (task, temperature, kind)]
-    chain, tree = _best(mine, True), _best(mine, False)
+  for task, temperature, kind, chain, tree in proposer_trees.best_by_group(rows):
     lines.append(f'| {task} | {temperature:g} | {kind} | {fmt(tasks[task]["c"].get(kind))} | '
                  f'{chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
                  f'{fmt(chain["alpha"])} | {tree["shape"]} | {tree["nodes"]} | '
@@ -140,9 +136,10 @@ def card(task: str, rows: list, info: dict) -> str:
            '"Medusa heads"):', '',
            '| T | best chain | tokens per call | alpha | best tree | tokens per call | alpha |',
            '|---|---|---|---|---|---|---|']
-  for temperature in sorted({r['temperature'] for r in rows}):
-    mine = [r for r in rows if r['proposer'] == 'medusa' and r['temperature'] == temperature]
-    chain, tree = _best(mine, True), _best(mine, False)
+  for _, temperature, kind, chain, tree in proposer_trees.best_by_group(
+      rows, order=lambda k: k[1]):
+    if kind != 'medusa':
+      continue
     lines.append(f'| {temperature:g} | {chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
                  f'{chain["alpha"]:.3f} | {tree["shape"]} | {tree["tokens_per_call"]:.2f} | '
                  f'{tree["alpha"]:.3f} |')

@@ -142,6 +142,17 @@ def decode_rows(task: str, target, tp, inputs, proposers: dict, args) -> list:
   return rows
 
 
+def best_by_group(rows: list, order=None):
+  """(task, temperature, proposer, the best chain row, the best tree row) of each group of
+  rows, by tokens per call, in `order` of the groups (default: first seen)."""
+  keys = list(dict.fromkeys((r['task'], r['temperature'], r['proposer']) for r in rows))
+  for key in (sorted(keys, key=order) if order else keys):
+    mine = [r for r in rows if (r['task'], r['temperature'], r['proposer']) == key]
+    best = lambda chain: max((r for r in mine if r['shape'].startswith('chain') == chain),
+                             key=lambda r: r['tokens_per_call'])
+    yield (*key, best(True), best(False))
+
+
 def markdown(rows: list, command: str) -> str:
   lines = [SECTION, '', f'`{command}`', '',
            'Tokens per target call (hardware-free) of the best chain and the best tree of '
@@ -150,15 +161,7 @@ def markdown(rows: list, command: str) -> str:
            '| task | T | proposer | best chain | tok/call | best tree | nodes | tok/call | '
            'x chain |', '|---|---|---|---|---|---|---|---|---|']
   gains = {}
-  keys = sorted({(r['task'], r['temperature'], r['proposer']) for r in rows},
-                key=lambda k: (k[0], k[1], k[2]))
-  for task, temperature, kind in keys:
-    mine = [r for r in rows if (r['task'], r['temperature'], r['proposer']) ==
-            (task, temperature, kind)]
-    chain = max((r for r in mine if r['shape'].startswith('chain')),
-                key=lambda r: r['tokens_per_call'])
-    tree = max((r for r in mine if not r['shape'].startswith('chain')),
-               key=lambda r: r['tokens_per_call'])
+  for task, temperature, kind, chain, tree in best_by_group(rows, order=lambda k: k):
     gain = tree['tokens_per_call'] / chain['tokens_per_call']
     gains.setdefault(kind, []).append(gain)
     lines.append(f'| {task} | {temperature:g} | {kind} | {chain["shape"]} | '
