@@ -169,6 +169,12 @@ def wants_hidden(draft) -> bool:
   return bool(getattr(draft, 'wants_hidden', False))
 
 
+def max_depth(draft) -> Optional[int]:
+  """The most tokens below the root `draft` can propose (Medusa heads: as many as they are;
+  its `max_depth` attribute), or None for no bound."""
+  return getattr(draft, 'max_depth', None)
+
+
 def draft_view(draft, tp: PyTree, dp: PyTree, target_enc: PyTree,
                draft_enc: PyTree) -> tuple:
   """The (params, encoding) a proposer drafts with: its own, or for one that reads the

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from specjax.checkpoints.registry import bundled
-from specjax.core import api
+from specjax.core import api, proposal
 from specjax.job import calibrate, gamma_choice, memory_check, task_data
 from specjax.job.config import AUTO, DecodeConfig
 from specjax.job.fingerprint import run_fingerprint
@@ -127,8 +127,8 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
       inputs.unit, -(-min(PROBE_INPUTS, len(inputs.examples)) // job.batch_size)
       * job.batch_size)
   probe = inputs.padded(inputs.ids[:count], job.pad_inputs, count)
-  # Heads reach as far as they are many (Medusa): no gamma past them.
-  most = min(job.auto_gammas, getattr(draft, 'num_heads', job.auto_gammas))
+  # No gamma past what the draft can propose (Medusa heads: as many as they are).
+  most = min(job.auto_gammas, proposal.max_depth(draft) or job.auto_gammas)
   gamma, reason, costs = calibrate.choose_gamma(
       target, tp, draft, dp, probe[:job.batch_size], job.sampling, job.max_decode_len,
       max_gamma=most, probe_gamma=min(4, most), mesh=mesh, rules=job_rules(job), probe=probe,

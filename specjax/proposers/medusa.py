@@ -58,6 +58,11 @@ class MedusaHeads(OfTarget):
   wants_hidden = True
 
   @property
+  def max_depth(self) -> int:
+    """K: no chain or tree reaches past the heads (`specjax.core.proposal.max_depth`)."""
+    return self.num_heads
+
+  @property
   def width(self) -> int:
     """D, the target's hidden width."""
     return self.target.config.emb_dim
