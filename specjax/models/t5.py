@@ -36,6 +36,19 @@ class _ParamSpec(NamedTuple):
   init: Callable
 
 
+class SelfLayout(NamedTuple):
+  """A decode call's self-attention layout (`T5.self_attention_layout`).
+
+  Attributes:
+    write_start: [B] int32, the cache slot of the call's first token.
+    mask: [B, K, T] bool, the slots each token attends to.
+    bias: [B, N, K, T], the relative position bias.
+  """
+  write_start: jax.Array
+  mask: jax.Array
+  bias: jax.Array
+
+
 def _is_spec(x) -> bool:
   return isinstance(x, _ParamSpec)
 
@@ -133,7 +146,7 @@ class T5:
     return (self._dtype if cfg.t5x_rounding and not cfg.float32_attention_logits
             else jnp.float32)
 
-  def _norm(self, x: jax.Array, scale: jax.Array) -> jax.Array:
+  def rms_norm(self, x: jax.Array, scale: jax.Array) -> jax.Array:
     """`layers.rms_norm`, rounded as the config says. x [..., D] -> same."""
     return layers.rms_norm(x, scale, round_before_scale=self.config.t5x_rounding)
 
@@ -172,7 +185,7 @@ class T5:
     """Same tree as `init`, each leaf a tuple of T5X logical axis names (for sharding)."""
     return jax.tree.map(lambda s: s.axes, _param_specs(self.config), is_leaf=_is_spec)
 
-  def _embed(self, params: PyTree, tokens: jax.Array) -> jax.Array:
+  def embed(self, params: PyTree, tokens: jax.Array) -> jax.Array:
     """tokens [B, K] -> [B, K, D] activations."""
     return jnp.take(params['token_embedder']['embedding'], tokens, axis=0).astype(self._dtype)
 
@@ -194,19 +207,19 @@ class T5:
     bias = layers.encoder_position_bias(
         self._rel_table(enc['relpos_bias']['rel_embedding']), inputs.shape[1],
         cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
-    x = dropout(self._embed(params, inputs))  # [B, S, D]
+    x = dropout(self.embed(params, inputs))  # [B, S, D]
     for i in range(cfg.num_encoder_layers):
       p = enc[f'layers_{i}']
-      h = self._norm(x, p['pre_attention_layer_norm']['scale'])
+      h = self.rms_norm(x, p['pre_attention_layer_norm']['scale'])
       att = p['attention']
       q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, S, N, H]
       k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
               for n in ('key', 'value'))  # [B, N, H, S]
       y = layers.dot_product_attention(q, k, v, key_mask, bias, dropout, self._logits_dtype)
       x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
-      h = self._norm(x, p['pre_mlp_layer_norm']['scale'])
+      h = self.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
       x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
-    x = dropout(self._norm(x, enc['encoder_norm']['scale']))  # [B, S, D]
+    x = dropout(self.rms_norm(x, enc['encoder_norm']['scale']))  # [B, S, D]
     cross = {}
     for i in range(cfg.num_decoder_layers):
       att = params['decoder'][f'layers_{i}']['encoder_decoder_attention']
@@ -262,45 +275,82 @@ class T5:
     """
     cfg, dec = self.config, params['decoder']
     num_tokens, max_len = tokens.shape[1], cache['layers_0']['k'].shape[3]
-    buckets = (cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
-    if tree is None:
-      write_start = positions.astype(jnp.int32)
-      self_mask = base.causal_mask(write_start, num_tokens, max_len)  # [B, K, T]
-      bias = layers.decoder_position_bias(
-          self._rel_table(dec['relpos_bias']['rel_embedding']), write_start, num_tokens,
-          max_len, *buckets)  # [B, N, K, T]
-    else:
-      query_pos, key_pos, self_mask, write_start = base.attention_layout(
-          positions, num_tokens, max_len, tree)
-      bias = layers.tree_position_bias(
-          self._rel_table(dec['relpos_bias']['rel_embedding']), query_pos, key_pos, *buckets)
-    cross_mask = encoded['mask'][:, None, :]  # [B, 1, S]
-    x = dropout(self._embed(params, tokens))  # [B, K, D]
+    layout = self.self_attention_layout(params, positions, num_tokens, max_len, tree)
+    x = dropout(self.embed(params, tokens))  # [B, K, D]
     new_cache = {}
     for i in range(cfg.num_decoder_layers):
-      name, p = f'layers_{i}', dec[f'layers_{i}']
-      h = self._norm(x, p['pre_self_attention_layer_norm']['scale'])
-      att = p['self_attention']
-      q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, K, N, H]
-      k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
-              for n in ('key', 'value'))  # [B, N, H, K]
-      k_all = base.write_cache(cache[name]['k'], k, write_start)  # [B, N, H, T]
-      v_all = base.write_cache(cache[name]['v'], v, write_start)
-      new_cache[name] = {'k': k_all, 'v': v_all}
-      y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
-                                       self_mask, bias, dropout, self._logits_dtype)
-      x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
-      h = self._norm(x, p['pre_cross_attention_layer_norm']['scale'])
-      att, kv = p['encoder_decoder_attention'], encoded['cross'][name]
-      q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)
-      y = layers.dot_product_attention(q, kv['k'], kv['v'], cross_mask, dropout=dropout,
-                                       logits_dtype=self._logits_dtype)
-      x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
-      h = self._norm(x, p['pre_mlp_layer_norm']['scale'])
-      x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
-    y = dropout(self._norm(x, dec['decoder_norm']['scale']))  # [B, K, D]
+      name = f'layers_{i}'
+      x, new_cache[name] = self.decoder_layer(dec[name], x, cache[name], layout,
+                                              encoded['cross'][name], encoded['mask'],
+                                              dropout)
+    y = dropout(self.rms_norm(x, dec['decoder_norm']['scale']))  # [B, K, D]
     logits = self.project(params, y)
     return (logits, new_cache, y) if return_hidden else (logits, new_cache)
+
+  def self_attention_layout(self, params: PyTree, positions: jax.Array, num_tokens: int,
+                            max_len: int, tree: base.Tree | None = None) -> SelfLayout:
+    """Where a decode call's K tokens sit and what they attend to (`decode`'s layout,
+    which a draft layer over the decoder's positions, EAGLE's, shares).
+
+    Args:
+      params: model params (the decoder's relative position table).
+      positions: [B] int32, each row's first position (chain; ignored with a tree).
+      num_tokens: K; max_len: T, the cache length.
+      tree: None for a chain, or the token tree's layout.
+    """
+    cfg, dec = self.config, params['decoder']
+    buckets = (cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
+    table = self._rel_table(dec['relpos_bias']['rel_embedding'])
+    if tree is None:
+      write_start = positions.astype(jnp.int32)
+      mask = base.causal_mask(write_start, num_tokens, max_len)  # [B, K, T]
+      bias = layers.decoder_position_bias(table, write_start, num_tokens, max_len,
+                                          *buckets)  # [B, N, K, T]
+    else:
+      query_pos, key_pos, mask, write_start = base.attention_layout(positions, num_tokens,
+                                                                    max_len, tree)
+      bias = layers.tree_position_bias(table, query_pos, key_pos, *buckets)
+    return SelfLayout(write_start=write_start, mask=mask, bias=bias)
+
+  def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: SelfLayout,
+                    cross: PyTree, cross_mask: jax.Array,
+                    dropout: layers.Dropout = layers.NO_DROPOUT) -> Tuple[jax.Array, PyTree]:
+    """One decoder layer: self-attention (writing its K/V into the cache), cross-attention
+    to the encoder's K/V, MLP, each pre-normed and residual.
+
+    Args:
+      p: the layer's params (only the cross-attention's query and out kernels are read:
+        its K/V come projected in `cross`).
+      x: [B, K, D] its input.
+      cache: {'k', 'v': [B, N, H, T]}, the layer's self-attention cache.
+      layout: from `self_attention_layout`.
+      cross: {'k', 'v': [B, N, H, S]}, the encoder output's keys and values.
+      cross_mask: [B, S] bool, the real input tokens.
+      dropout: training only.
+
+    Returns:
+      The layer's output [B, K, D] and its new cache.
+    """
+    cfg = self.config
+    h = self.rms_norm(x, p['pre_self_attention_layer_norm']['scale'])
+    att = p['self_attention']
+    q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, K, N, H]
+    k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
+            for n in ('key', 'value'))  # [B, N, H, K]
+    k_all = base.write_cache(cache['k'], k, layout.write_start)  # [B, N, H, T]
+    v_all = base.write_cache(cache['v'], v, layout.write_start)
+    y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
+                                     layout.mask, layout.bias, dropout, self._logits_dtype)
+    x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
+    h = self.rms_norm(x, p['pre_cross_attention_layer_norm']['scale'])
+    att = p['encoder_decoder_attention']
+    q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)
+    y = layers.dot_product_attention(q, cross['k'], cross['v'], cross_mask[:, None, :],
+                                     dropout=dropout, logits_dtype=self._logits_dtype)
+    x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
+    h = self.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
+    x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
+    return x, {'k': k_all, 'v': v_all}
 
   def project(self, params: PyTree, hidden: jax.Array) -> jax.Array:
     """The output projection: final hidden states [B, K, D] (after decoder_norm) -> logits
