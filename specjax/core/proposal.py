@@ -163,9 +163,11 @@ def reads_target(draft) -> bool:
 
 
 def wants_hidden(draft) -> bool:
-  """Whether `draft` drafts from the target's final hidden states (Medusa heads; its
-  `wants_hidden` attribute): the verify call then returns them, and `accepted` gets
-  hidden [B, D], the target's after the last kept token (whose logits chose the next)."""
+  """Whether `draft` drafts from the target's final hidden states (Medusa heads, EAGLE;
+  its `wants_hidden` attribute): the verify call then returns them, and `accepted` gets
+  hidden [B, D+1, H], the target's at the root and at each kept node in path order
+  (entries past n are the root's: unused). hidden[b, n[b]] is the one after the last kept
+  token, whose logits chose the next root."""
   return bool(getattr(draft, 'wants_hidden', False))
 
 

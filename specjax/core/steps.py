@@ -53,7 +53,8 @@ class Bound(NamedTuple):
                hidden: Optional[jax.Array] = None):
     """A proposer's `accepted`: its state once path [B, D] (n [B] nodes) was kept; a
     proposer that reads the target's hidden states (`proposal.wants_hidden`) also gets
-    hidden [B, D], the target's after the last kept token."""
+    hidden [B, D+1, H], the target's at the root and each kept node (index n[b] the
+    last kept)."""
     if hidden is None:
       return self.model.accepted(state, proposal, path, n, pos)
     return self.model.accepted(state, proposal, path, n, pos, hidden=hidden)
@@ -275,8 +276,7 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   block = jnp.concatenate([x, x[:, :1]], axis=1)  # [B, G+1]
   block = jnp.where(jnp.arange(g + 1)[None] == result.n[:, None], result.y[:, None], block)
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)
-  if hidden is not None:  # the target's after the last kept token (its logits made y)
-    hidden = jnp.take_along_axis(hidden, result.n[:, None, None], axis=1)[:, 0]  # [B, D]
+  # hidden [B, G+1, H]: the root's and the drafts', in order; the kept ones are 0 .. n.
   draft_cache = draft.accepted(d.state, d, chain_path(result.n, g), result.n, state.pos,
                                hidden=hidden)
   committed = pos - state.pos  # [B] tokens this call added to the output (0 if inactive)

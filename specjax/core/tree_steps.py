@@ -57,10 +57,10 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
                                      proposal.visible)
   target_cache = tree.compact(target_cache, target.model.cache_axes(), state.pos,
                               result.path, result.n, num)
-  if hidden is not None:  # the target's after the last kept node (slot 0: the root)
-    last_slot = jnp.where(result.n > 0, jnp.take_along_axis(
-        result.path, jnp.maximum(result.n - 1, 0)[:, None], axis=1)[:, 0] + 1, 0)  # [B]
-    hidden = jnp.take_along_axis(hidden, last_slot[:, None, None], axis=1)[:, 0]  # [B, D]
+  if hidden is not None:  # the root's (slot 0) and each kept node's, in path order
+    kept = jnp.concatenate([jnp.zeros_like(result.path[:, :1]),
+                            jnp.maximum(result.path, -1) + 1], axis=1)  # [B, D+1]
+    hidden = jnp.take_along_axis(hidden, kept[:, :, None], axis=1)  # [B, D+1, H]
   draft_cache = draft.accepted(proposal.state, proposal, result.path, result.n, state.pos,
                                hidden=hidden)
   block = tree_accept.accepted_tokens(proposal.tokens, result.path, result.y,

@@ -156,4 +156,5 @@ class MedusaHeads(OfTarget):
     del proposal, path
     if hidden is None:
       return state
-    return {'hidden': hidden.astype(jnp.float32), 'at': (pos + n + 1).astype(jnp.int32)}
+    last = jnp.take_along_axis(hidden, n[:, None, None], axis=1)[:, 0]  # [B, D]
+    return {'hidden': last.astype(jnp.float32), 'at': (pos + n + 1).astype(jnp.int32)}
