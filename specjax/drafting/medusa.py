@@ -4,17 +4,12 @@ The target is frozen: each step runs it teacher-forced over a batch of its own d
 sequences (prompt, then its greedy output) for the final hidden states, and head k at
 position t learns the token at t + 1 + k by cross-entropy through the target's output
 projection; positions from the prompt's last token on, labels up to the output's EOS.
-Adam with warmup and cosine decay. Every `save_every` steps the heads, the optimizer state
-and the step go to an orbax checkpoint in the work directory; a rerun resumes from the
-latest. A batch is a function of the step alone (rows drawn with fold_in(seed, step)), so
-a resumed run computes what an uninterrupted one does.
+The loop, its checkpoints and its resume are `specjax.drafting.fit`'s.
 
 Shape letters: B rows, T sequence positions, K heads, D hidden width, V vocab, S inputs.
 """
 from __future__ import annotations
 
-import dataclasses
-import os
 from typing import Callable, Optional
 
 import jax
@@ -22,28 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from specjax.drafting import fit as fit_lib
 from specjax.proposers.medusa import MedusaHeads, head_states
 
 
-@dataclasses.dataclass(frozen=True)
-class MedusaTraining:
-  """The settings of a run.
-
-  Attributes:
-    steps: optimizer steps in all.
-    batch: rows per step.
-    learning_rate: the peak, after warmup_steps of linear warmup; cosine decay to 0.
-    warmup_steps: of the learning rate.
-    save_every: steps between checkpoints (and at the end).
-    seed: of the batches.
-  """
-
-  steps: int = 1000
-  batch: int = 32
-  learning_rate: float = 1e-3
-  warmup_steps: int = 50
-  save_every: int = 100
-  seed: int = 0
+# The settings of a run (`specjax.drafting.fit.Training`).
+MedusaTraining = fit_lib.Training
 
 
 def head_labels(seqs: jax.Array, spans: jax.Array, num_heads: int):
@@ -81,42 +60,16 @@ def loss_fn(heads: dict, model: MedusaHeads, tp, encoded, seqs: jax.Array,
   return loss, accuracy
 
 
-def optimizer(cfg: MedusaTraining) -> optax.GradientTransformation:
-  schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate,
-                                                min(cfg.warmup_steps, cfg.steps - 1) or 1,
-                                                max(cfg.steps, 2))
-  return optax.adam(schedule)
-
-
-def batch_rows(seed: int, step: int, num: int, batch: int) -> np.ndarray:
-  """The rows of step `step`: a function of (seed, step) alone."""
-  key = jax.random.fold_in(jax.random.PRNGKey(seed), step)
-  return np.asarray(jax.random.choice(key, num, (min(batch, num),), replace=False))
-
-
 def make_step(model: MedusaHeads, tx: optax.GradientTransformation) -> Callable:
-  """jitted (heads, opt_state, tp, inputs [B, S], seqs [B, T], spans [B, 2]) -> (heads,
-  opt_state, loss, accuracy [K])."""
-  @jax.jit
-  def step(heads, opt_state, tp, inputs, seqs, spans):
-    encoded = model.target.encode(tp, inputs)
-    (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        heads, model, tp, encoded, seqs, spans)
-    updates, opt_state = tx.update(grads, opt_state, heads)
-    return optax.apply_updates(heads, updates), opt_state, loss, accuracy
-  return step
+  """`specjax.drafting.fit.make_step` of `loss_fn`."""
+  return fit_lib.make_step(loss_fn, model, tx)
 
 
-def _manager(directory: str):
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  return ocp, ocp.CheckpointManager(os.path.abspath(directory),
-                                    options=ocp.CheckpointManagerOptions(max_to_keep=2))
-
-
-def train(model: MedusaHeads, tp, data: tuple, workdir: str, cfg: MedusaTraining,
+def train(model: MedusaHeads, tp, data: tuple, workdir: str, cfg: fit_lib.Training,
           init: Optional[dict] = None, progress: bool = True,
           on_save: Optional[Callable[[int], None]] = None) -> dict:
-  """Trains the heads; returns {'heads', 'step', 'loss', 'accuracy' [K]} of the last step.
+  """Trains the heads (`specjax.drafting.fit.fit`); returns {'heads', 'step', 'loss',
+  'accuracy' [K]} of the last step.
 
   Args:
     model: the heads (their target and K).
@@ -128,35 +81,9 @@ def train(model: MedusaHeads, tp, data: tuple, workdir: str, cfg: MedusaTraining
     progress: a progress bar with the loss.
     on_save: called with the step after each checkpoint (tests stop a run there).
   """
-  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-  inputs, seqs, spans = data
-  tx = optimizer(cfg)
   heads = init if init is not None else model.init(jax.random.PRNGKey(cfg.seed))
-  opt_state = tx.init(heads)
-  ocp, manager = _manager(os.path.join(workdir, 'checkpoints'))
-  start = 0
-  with manager:
-    latest = manager.latest_step()
-    if latest is not None:
-      restored = manager.restore(latest, args=ocp.args.StandardRestore(
-          {'heads': heads, 'opt_state': opt_state}))
-      heads, opt_state, start = restored['heads'], restored['opt_state'], latest
-    step_fn = make_step(model, tx)
-    bar = tqdm(total=cfg.steps, initial=start, unit='step', desc='medusa heads',
-               disable=not progress, mininterval=2.0)
-    loss, accuracy = float('nan'), np.full((model.num_heads,), np.nan)
-    for step in range(start, cfg.steps):
-      rows = batch_rows(cfg.seed, step, len(seqs), cfg.batch)
-      heads, opt_state, loss, accuracy = step_fn(heads, opt_state, tp, inputs[rows],
-                                                 seqs[rows], spans[rows])
-      bar.update(1)
-      bar.set_postfix(loss=f'{float(loss):.3f}', refresh=False)
-      if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-        manager.save(step + 1, args=ocp.args.StandardSave({'heads': heads,
-                                                           'opt_state': opt_state}))
-        manager.wait_until_finished()
-        if on_save is not None:
-          on_save(step + 1)
-    bar.close()
-  return {'heads': heads, 'step': cfg.steps, 'loss': float(loss),
-          'accuracy': np.asarray(accuracy).tolist()}
+  result = fit_lib.fit(lambda tx: make_step(model, tx), heads, tp, data, workdir, cfg,
+                       'medusa heads', progress, on_save)
+  if np.ndim(result['accuracy']) == 0:  # no step ran (resumed at the end)
+    result['accuracy'] = [float('nan')] * model.num_heads
+  return {'heads': result.pop('params'), **result}
