@@ -4,11 +4,13 @@
         --workdir runs/medusa
 
 The target decodes the inputs (greedy; its outputs are the labels, so the draft learns
-what the target says, not a reference), then K Medusa heads learn, on the target's own
-hidden states, the tokens 1..K past each position. The decodes and checkpoints live in
---workdir: a killed run, rerun with the same flags, resumes with nothing lost. The heads
-go to --output (bfloat16, with draft.json); `python -m specjax.decode --draft
-medusa:PATH` decodes with them, exactly as the target alone would.
+what the target says, not a reference), then the draft learns on the target's own hidden
+states: K Medusa heads the tokens 1..K past each position (--kind medusa), or an EAGLE
+head the target's next hidden state from its last one and the next token (--kind eagle).
+The decodes and checkpoints live in --workdir: a killed run, rerun with the same flags,
+resumes with nothing lost. The heads go to --output (bfloat16, with draft.json);
+`python -m specjax.decode --draft medusa:PATH` (or eagle:PATH) decodes with them,
+exactly as the target alone would.
 """
 from __future__ import annotations
 
@@ -28,12 +30,13 @@ import json
 from specjax import flags
 from specjax.checkpoints.registry import bundled
 from specjax.drafting import data as data_lib
-from specjax.drafting import heads_io, medusa
+from specjax.drafting import eagle, fit, heads_io, medusa
 from specjax.drafting.config import TrainDraftConfig
 from specjax.job.config import DecodeConfig
 from specjax.job.inputs import tokenize
 from specjax.job.pair import load_pair
 from specjax.job.reader import read_inputs
+from specjax.proposers.eagle import EagleHead
 from specjax.proposers.medusa import MedusaHeads
 
 
@@ -72,20 +75,23 @@ def run(cfg: TrainDraftConfig) -> dict:
                      vocab=cfg.vocab, draft='copy', dtype='float32')
   target, tp, _, _, vocab = load_pair(job)
   inputs = _inputs(cfg, examples, vocab)
+  model = EagleHead(target) if cfg.kind == 'eagle' else MedusaHeads(target, cfg.heads)
   data = data_lib.target_decodes(target, tp, inputs, os.path.join(cfg.workdir, 'decodes'),
                                  cfg.max_decode_len, progress=not cfg.quiet)
-  model = MedusaHeads(target, cfg.heads)
-  settings = medusa.MedusaTraining(steps=cfg.steps, batch=cfg.batch_size,
-                                   learning_rate=cfg.learning_rate,
-                                   warmup_steps=cfg.warmup_steps, save_every=cfg.save_every,
-                                   seed=cfg.seed)
-  result = medusa.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
-  meta = {'kind': cfg.kind, 'target': cfg.target, 'num_heads': cfg.heads,
+  settings = fit.Training(steps=cfg.steps, batch=cfg.batch_size,
+                          learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
+                          save_every=cfg.save_every, seed=cfg.seed)
+  if cfg.kind == 'eagle':
+    result = eagle.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
+    sizes = {'layers': 1, 'final_accuracy': result['accuracy']}
+  else:
+    result = medusa.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
+    sizes = {'num_heads': cfg.heads, 'final_accuracy_per_head': result['accuracy']}
+  meta = {'kind': cfg.kind, 'target': cfg.target, **sizes,
           'hidden': model.width, 'vocab_size': target.vocab_size,
           'examples': int(len(inputs)), 'input': os.path.basename(cfg.input),
           'steps': cfg.steps, 'batch_size': cfg.batch_size,
-          'learning_rate': cfg.learning_rate, 'final_loss': result['loss'],
-          'final_accuracy_per_head': result['accuracy']}
+          'learning_rate': cfg.learning_rate, 'final_loss': result['loss']}
   path = heads_io.save_heads(output, result['heads'], meta)
   return {**meta, 'output': path}
 
@@ -100,10 +106,16 @@ def main(argv=None) -> int:
   if cfg.json:
     print(json.dumps(summary))
   else:
-    acc = ', '.join(f'{a:.3f}' for a in summary['final_accuracy_per_head'])
-    print(f'{summary["num_heads"]} Medusa heads for {summary["target"]} trained on '
-          f'{summary["examples"]} of its own decodes, {summary["steps"]} steps: loss '
-          f'{summary["final_loss"]:.3f}, accuracy per head {acc} -> {summary["output"]}')
+    if summary['kind'] == 'eagle':
+      acc = summary['final_accuracy']
+      print(f'An EAGLE head for {summary["target"]} trained on {summary["examples"]} of its '
+            f'own decodes, {summary["steps"]} steps: loss {summary["final_loss"]:.3f}, '
+            f'agreement with its argmax {acc:.3f} -> {summary["output"]}')
+    else:
+      acc = ', '.join(f'{a:.3f}' for a in summary['final_accuracy_per_head'])
+      print(f'{summary["num_heads"]} Medusa heads for {summary["target"]} trained on '
+            f'{summary["examples"]} of its own decodes, {summary["steps"]} steps: loss '
+            f'{summary["final_loss"]:.3f}, accuracy per head {acc} -> {summary["output"]}')
   return 0
 
 

@@ -85,8 +85,39 @@ def enumerate_lm(model, params, prompt, steps: int) -> dict:
   at = len(prompt) - 1
   total = sum(jnp.take_along_axis(logp[:, at + i], jnp.asarray(seqs[:, i:i + 1]), 1)[:, 0]
               for i in range(steps))
+  return _as_shown(seqs, total, steps)
+
+
+def tiny_t5(vocab: int, seed: int, logit_scale: float):
+  """A random t5_tiny over `vocab` tokens (EOS 1, pad and start 0) whose output
+  projection is scaled by logit_scale (a peaked target): (model, params)."""
+  from specjax.models.t5 import T5  # pylint: disable=import-outside-toplevel
+  from specjax.models.t5_config import t5_tiny  # pylint: disable=import-outside-toplevel
+  model = T5(t5_tiny.replace(vocab_size=vocab, name=f't5_tiny_v{vocab}'))
+  params = model.init(jax.random.PRNGKey(seed))
+  dense = params['decoder']['logits_dense']
+  dense['kernel'] = dense['kernel'] * logit_scale
+  return model, params
+
+
+def enumerate_t5(model, params, inputs, steps: int) -> dict:
+  """P(the first `steps` output tokens for the encoder input `inputs` [S]) of a T5 at T=1,
+  by scoring every continuation, as a decode shows them (pad 0 after EOS 1)."""
+  vocab = model.vocab_size
+  seqs = np.array(list(itertools.product(range(vocab), repeat=steps)))
+  fed = np.concatenate([np.zeros((len(seqs), 1), np.int64), seqs[:, :-1]], 1)
+  src = jnp.tile(jnp.asarray([inputs], jnp.int32), (len(seqs), 1))
+  logp = jax.nn.log_softmax(model.logits(params, src, jnp.asarray(fed, jnp.int32)), -1)
+  total = sum(jnp.take_along_axis(logp[:, i], jnp.asarray(seqs[:, i:i + 1]), 1)[:, 0]
+              for i in range(steps))
+  return _as_shown(seqs, total, steps)
+
+
+def _as_shown(seqs: np.ndarray, logp: jax.Array, steps: int) -> dict:
+  """Continuations seqs [n, steps] with log-probabilities logp [n] -> {as a decode shows
+  them (pad 0 after EOS 1): probability}, the mass of those shown alike summed."""
   out = {}
-  for seq, p in zip(seqs.tolist(), np.exp(np.asarray(total, np.float64))):
+  for seq, p in zip(seqs.tolist(), np.exp(np.asarray(logp, np.float64))):
     end = seq.index(1) + 1 if 1 in seq else steps
     shown = tuple(seq[:end] + [0] * (steps - end))
     out[shown] = out.get(shown, 0.0) + p

@@ -6,7 +6,7 @@ from typing import Optional
 
 from specjax.flags import flag
 
-KINDS = ('medusa',)
+KINDS = ('medusa', 'eagle')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,13 +19,16 @@ class TrainDraftConfig:
   vocab: Optional[str] = flag(None, 'SentencePiece model of the target (default: the '
                               'registry\'s or the checkpoint\'s)')
   kind: str = flag('medusa', 'what to train: medusa, K heads on the target\'s last hidden '
-                   'state (--draft medusa:PATH decodes with them)', choices=KINDS)
+                   'state (--draft medusa:PATH decodes with them); eagle, one decoder layer '
+                   'that drafts the target\'s next hidden state (T5 targets; --draft '
+                   'eagle:PATH)', choices=KINDS)
   input: Optional[str] = flag(None, 'training inputs: text lines or JSONL with "inputs" '
                               '(the target decodes them; its outputs are the labels)')
   max_examples: int = flag(4096, 'the first N inputs')
   max_input_len: int = flag(64, 'encoder length (longer inputs are cut)')
   max_decode_len: int = flag(48, 'the most tokens of each target decode')
-  heads: int = flag(4, 'Medusa heads: head k proposes the token k past the last one')
+  heads: int = flag(4, 'Medusa heads: head k proposes the token k past the last one '
+                    '(--kind medusa)')
   steps: int = flag(1000, 'optimizer steps')
   batch_size: int = flag(32, 'sequences per step')
   learning_rate: float = flag(1e-3, 'peak learning rate (Adam, warmup then cosine decay)')

@@ -48,7 +48,8 @@ class DecodeConfig:
                     'model NAME elsewhere; layerskip:M: the target\'s own first M decoder '
                     'layers (no draft model); medusa:PATH: Medusa heads trained by python -m '
                     'specjax.train_draft (medusa: the ones bundled for demo_target and '
-                    'manpages_target)')
+                    'manpages_target); eagle:PATH: an EAGLE head trained the same way, for T5 '
+                    'targets (eagle: the bundled ones)')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
                                           'the target (default: bundled for demo_*, the '
                                           'public T5X one on GCS for t5_*)')
@@ -240,9 +241,9 @@ class DecodeConfig:
                        '--gamma at most --max-decode-len')
     if self.max_gamma < 1:
       raise ValueError(f'--max-gamma must be >= 1, got {self.max_gamma}')
-    medusa = self.draft == drafts.MEDUSA or self.draft.startswith(drafts.MEDUSA + ':')
-    if medusa and self.draft_threshold > 0:
-      raise ValueError('Medusa heads propose their tokens together: drop --draft-threshold')
+    if drafts.trained_kind(self.draft) and self.draft_threshold > 0:
+      raise ValueError(f'--draft {self.draft} drafts from the target\'s hidden states, which '
+                       'the verify call returns for every draft: drop --draft-threshold')
     self.rule.checked(self.sampling.greedy)
 
   def _check_tree(self) -> None:

@@ -8,7 +8,9 @@
 - `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`);
 - `medusa:PATH`: Medusa heads on the target's hidden states (`specjax.proposers.medusa`),
   trained by `python -m specjax.train_draft`; `medusa`: the heads bundled for demo_target
-  and manpages_target.
+  and manpages_target;
+- `eagle:PATH`: an EAGLE head (`specjax.proposers.eagle`), trained the same way; `eagle`:
+  the ones bundled for demo_target and manpages_target.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
 from specjax.drafting import heads_io
 from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
+from specjax.proposers.eagle import EagleHead
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
 from specjax.proposers.medusa import MedusaHeads
@@ -29,13 +32,29 @@ DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
 # The Medusa heads of each registry target that ships them.
 DEFAULT_MEDUSA = {'demo_target': os.path.join(ASSETS, 'medusa'),
                   'manpages_target': os.path.join(MANPAGES_ASSETS, 'medusa')}
+# The EAGLE head of each registry target that ships one.
+DEFAULT_EAGLE = {'demo_target': os.path.join(ASSETS, 'eagle'),
+                 'manpages_target': os.path.join(MANPAGES_ASSETS, 'eagle')}
 COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa'
+EAGLE = 'eagle'
+# The drafts trained by python -m specjax.train_draft: their bundled checkpoints.
+TRAINED = {MEDUSA: DEFAULT_MEDUSA, EAGLE: DEFAULT_EAGLE}
+
+
+def trained_kind(spec: str) -> Optional[str]:
+  """'medusa' or 'eagle' for a spec of heads trained by train_draft (KIND or KIND:PATH),
+  else None."""
+  for kind in TRAINED:
+    if spec == kind or spec.startswith(kind + ':'):
+      return kind
+  return None
 
 
 def is_builtin(spec: str) -> bool:
   """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME,
-  layerskip:M, medusa:PATH)."""
-  return spec in (COPY, BIGRAM, MEDUSA) or spec.startswith((HYBRID, LAYER_SKIP, MEDUSA + ':'))
+  layerskip:M, medusa:PATH, eagle:PATH)."""
+  return (spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP))
+          or trained_kind(spec) is not None)
 
 
 def model_name(spec: str) -> Optional[str]:
@@ -65,23 +84,28 @@ def copy_draft(target) -> CopyDraft:
                    eos_id=target.eos_id, pad_id=target.pad_id)
 
 
-def medusa_heads(path: str, target):
-  """(MedusaHeads, params) of the heads at `path`, checked against the target's sizes.
+def trained_heads(path: str, target, kind: str = MEDUSA):
+  """(MedusaHeads or EagleHead, params) of the heads at `path`, checked against the
+  target's sizes.
 
   Raises:
-    ValueError: heads of another kind or for another hidden width or vocabulary.
+    ValueError: heads of another kind or for another hidden width or vocabulary; an EAGLE
+      head for a target that is not a T5.
   """
   meta, params = heads_io.load_heads(path)
-  if meta.get('kind') != 'medusa':
-    raise ValueError(f'{path} holds a {meta.get("kind")} draft, not Medusa heads; pass '
+  if meta.get('kind') != kind:
+    raise ValueError(f'{path} holds a {meta.get("kind")} draft, not {kind} heads; pass '
                      f'--draft {meta.get("kind")}:{path}')
   width, vocab = target.config.emb_dim, target.vocab_size
   if (meta['hidden'], meta['vocab_size']) != (width, vocab):
-    raise ValueError(f'the Medusa heads at {path} were trained for {meta["target"]} (hidden '
+    raise ValueError(f'the {kind} heads at {path} were trained for {meta["target"]} (hidden '
                      f'{meta["hidden"]}, {meta["vocab_size"]} logits), not this target '
                      f'(hidden {width}, {vocab} logits); train heads for it with python -m '
                      'specjax.train_draft')
+  if kind == EAGLE:
+    return EagleHead(target), params
   return MedusaHeads(target, int(meta['num_heads'])), params
+
 
 
 def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str], Tuple],
@@ -89,7 +113,8 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
   """(draft, params) for a --draft spec.
 
   Args:
-    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'medusa[:PATH]', or a model NAME.
+    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'medusa[:PATH]', 'eagle[:PATH]',
+      or a model NAME.
     target: the loaded target (vocabulary size and special ids).
     target_name: its --target (which bundled bigram table is its own).
     load_model: NAME -> (model, params), the pair's loader.
@@ -98,7 +123,7 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
   Raises:
     ValueError: 'bigram' without a table for this target (names --draft-checkpoint);
       'layerskip:M' with M outside 1 .. L - 1; heads trained for another target.
-    FileNotFoundError: 'medusa:PATH' without trained heads at PATH.
+    FileNotFoundError: 'medusa:PATH' or 'eagle:PATH' without trained heads at PATH.
   """
   if spec == COPY:
     return copy_draft(target), {}
@@ -110,12 +135,13 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
     return load_table(path, target.vocab_size, target.eos_id, target.pad_id)
   if spec.startswith(LAYER_SKIP):
     return LayerSkip(target, layer_skip_layers(spec)), {}
-  if spec == MEDUSA or spec.startswith(MEDUSA + ':'):
-    path = spec[len(MEDUSA) + 1:] or DEFAULT_MEDUSA.get(target_name)
+  kind = trained_kind(spec)
+  if kind is not None:
+    path = spec[len(kind) + 1:] or TRAINED[kind].get(target_name)
     if path is None:
-      raise ValueError(f'no Medusa heads ship with {target_name}; train them with python -m '
-                       'specjax.train_draft and pass --draft medusa:PATH')
-    return medusa_heads(path, target)
+      raise ValueError(f'no {kind} heads ship with {target_name}; train them with python -m '
+                       f'specjax.train_draft --kind {kind} and pass --draft {kind}:PATH')
+    return trained_heads(path, target, kind)
   if spec.startswith(HYBRID):
     model, params = load_model(spec[len(HYBRID):])
     return HybridDraft(copy_draft(target), model), params

@@ -8,5 +8,7 @@ is one through `specjax.core.model_proposer`):
 - `layer_skip`: the target's own first M decoder layers (chains and trees; it reads the
   target's params and encoding);
 - `medusa`: K heads on the target's last hidden state (chains and Medusa trees; trained
-  by `python -m specjax.train_draft`).
+  by `python -m specjax.train_draft`);
+- `eagle`: one decoder layer that drafts the target's next hidden state from its last
+  (T5 targets; chains, static and dynamic trees; trained the same way).
 """

@@ -41,12 +41,21 @@ def _inputs_at(i, batch: int, cache_len: int, width: int):
   return jnp.full((batch, width), 3, jnp.int32) + shift, pos
 
 
+def _encode(model, params, inputs):
+  """What `model` reads of inputs [B, S]: its own encoding, or for a proposer handed the
+  view of both params (`own_model`) the view of both encodings."""
+  if reads_target(model) and not hasattr(model, 'decode'):
+    return {'target': model.target.encode(params['target'], inputs),
+            'own': model.encode(params['own'], inputs)}
+  return model.encode(params, inputs)
+
+
 @functools.partial(jax.jit, static_argnames=('model', 'num_tokens', 'repeats', 'cache_len',
                                              'draft'))
 def _repeat_call(model, params, inputs, num_tokens, repeats, cache_len, draft):
   """`repeats` calls near the cache's middle: the draft's step (draft) or a verify of K
   tokens; returns a checksum."""
-  bound = Bound(model, params, model.encode(params, inputs))
+  bound = Bound(model, params, _encode(model, params, inputs))
   batch = inputs.shape[0]
   cfg = LoopConfig(gamma=1, max_decode_len=1)
   proposer = draft and not hasattr(model, 'decode')  # a draft that is not a model
@@ -149,7 +158,7 @@ def _repeat_draft_and_sweep(draft, dp, inputs, sweep, gamma, repeats, cache_len,
                             with_sweep):
   """`repeats` draft blocks, or reads of all of `sweep`, or both alternating."""
   batch = inputs.shape[0]
-  d = Bound(as_proposer(draft), dp, draft.encode(dp, inputs))
+  d = Bound(as_proposer(draft), dp, _encode(draft, dp, inputs))
 
   def body(i, carry):
     d_cache, total = carry

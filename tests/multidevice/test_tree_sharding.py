@@ -20,6 +20,7 @@ from specjax.models.t5_config import t5_tiny, t5_tiny_draft
 from specjax.parallel import mesh as mesh_lib
 from specjax.proposers.bigram import BigramDraft, table_from_counts
 from specjax.proposers.copy import CopyDraft
+from specjax.proposers.eagle import EagleHead
 from specjax.proposers.layer_skip import LayerSkip
 from specjax.proposers.medusa import MedusaHeads
 
@@ -64,14 +65,15 @@ def test_tree_decode_on_a_mesh_with_refill_equals_unsharded(pair_and_inputs, ref
     np.testing.assert_array_equal(out.tokens, alone.tokens)
 
 
-@pytest.mark.parametrize('kind', ['copy', 'bigram', 'layerskip', 'medusa'])
+@pytest.mark.parametrize('kind', ['copy', 'bigram', 'layerskip', 'medusa', 'eagle'])
 def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_and_inputs,
                                                                           kind):
   """Sampled with refill on a 2x4 mesh: the copy's static tree of earlier matches, the
   bigram table's dynamic tree, the target's first decoder layer's static tree (layer-skip:
   the target's params and encoding, sharded, are what it drafts with), Medusa heads' tree
-  (the target's hidden states, sharded, are what they read); greedy rows of the same run
-  stay the target's."""
+  (the target's hidden states, sharded, are what they read), an EAGLE head's tree (its
+  own cache and feature buffer, sharded like a cache); greedy rows of the same run stay
+  the target's."""
   target, tp, _, _, inputs = pair_and_inputs
   vocab = target.vocab_size
   if kind == 'copy':
@@ -81,6 +83,8 @@ def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_a
   elif kind == 'medusa':
     draft = MedusaHeads(target, 2)
     dp, shape = draft.init(jax.random.PRNGKey(2), scale=1.0), '2,1'
+  elif kind == 'eagle':
+    draft, dp, shape = EagleHead(target), EagleHead(target).from_target(tp), '2,2,1'
   else:
     draft, dp = BigramDraft(vocab, 3), table_from_counts(
         np.random.default_rng(4).integers(0, 9, (vocab, vocab)), 3)

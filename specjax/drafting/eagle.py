@@ -1,0 +1,87 @@
+"""Training an EAGLE head (`specjax.proposers.eagle`) on the target's own decodes.
+
+The target is frozen: each step runs it teacher-forced over a batch of its own decoder
+sequences (prompt, then its greedy output) for its final hidden states f and its logits.
+The head reads, at each position t, the token there and f[t-1] (zero before the first),
+and learns f[t] as EAGLE does: a smooth-L1 regression on the hidden state plus 0.1 times
+the cross-entropy of its logits (through the target's own projection) against the
+target's distribution of the token at t + 1. Positions count from the prompt's last token
+on, while the token they predict is in the sequence. The loop, its checkpoints and its
+resume are `specjax.drafting.fit`'s.
+
+Shape letters: B rows, T sequence positions, H hidden width, V vocab, S inputs.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from specjax.drafting import fit as fit_lib
+from specjax.proposers.eagle import EagleHead
+
+# The weight of the cross-entropy beside the hidden-state regression (EAGLE's).
+CLASSIFICATION_WEIGHT = 0.1
+
+
+def counted(spans: jax.Array, width: int) -> jax.Array:
+  """[B, T] bool: the positions that learn, from the prompt's last token while the token
+  after them is in the sequence."""
+  t = jnp.arange(width)[None]
+  return (t >= spans[:, :1] - 1) & (t + 1 < spans[:, 1:])
+
+
+def _smooth_l1(x: jax.Array) -> jax.Array:
+  a = jnp.abs(x)
+  return jnp.where(a < 1.0, 0.5 * x * x, a - 0.5)
+
+
+def loss_fn(own: dict, head: EagleHead, tp, encoded, seqs: jax.Array, spans: jax.Array):
+  """(the loss, the head's top-1 agreement with the target's argmax) over the counted
+  positions of seqs [B, T]."""
+  target = head.target
+  batch, width = seqs.shape
+  zeros = jnp.zeros((batch,), jnp.int32)
+  logits, _, f = target.decode(tp, encoded, target.init_cache(batch, width), seqs, zeros,
+                               return_hidden=True)  # [B, T, V], [B, T, H]
+  logits, f = jax.lax.stop_gradient((logits, f.astype(jnp.float32)))
+  feats = jnp.concatenate([jnp.zeros_like(f[:, :1]), f[:, :-1]], axis=1)  # f[t-1]
+  g, head_logits, _ = head.run({'target': tp, 'own': own}, {'target': encoded},
+                               head.init_cache(batch, width), seqs, feats, zeros)
+  weight = counted(spans, width).astype(jnp.float32)  # [B, T]
+  total = jnp.maximum(jnp.sum(weight), 1.0)
+  regression = jnp.sum(jnp.mean(_smooth_l1(g - f), -1) * weight) / total
+  cross = -jnp.sum(jax.nn.softmax(logits, -1) * jax.nn.log_softmax(head_logits, -1), -1)
+  classification = jnp.sum(cross * weight) / total
+  agree = (jnp.argmax(head_logits, -1) == jnp.argmax(logits, -1)).astype(jnp.float32)
+  accuracy = jnp.sum(agree * weight) / total
+  return regression + CLASSIFICATION_WEIGHT * classification, accuracy
+
+
+def make_step(head: EagleHead, tx: optax.GradientTransformation) -> Callable:
+  """`specjax.drafting.fit.make_step` of `loss_fn`."""
+  return fit_lib.make_step(loss_fn, head, tx)
+
+
+def train(head: EagleHead, tp, data: tuple, workdir: str, cfg: fit_lib.Training,
+          init: Optional[dict] = None, progress: bool = True,
+          on_save: Optional[Callable[[int], None]] = None) -> dict:
+  """Trains the head (`specjax.drafting.fit.fit`); returns {'heads', 'step', 'loss',
+  'accuracy'} of the last step.
+
+  Args:
+    head: the head (its target).
+    tp: the target's params (frozen).
+    data: (inputs [N, S], sequences [N, T], spans [N, 2]) of `specjax.drafting.data`.
+    workdir: checkpoints go to workdir/checkpoints; a rerun resumes from the latest.
+    cfg: the run's settings.
+    init: the params to start from (default `head.from_target(tp)`).
+    progress: a progress bar with the loss.
+    on_save: called with the step after each checkpoint (tests stop a run there).
+  """
+  own = init if init is not None else head.from_target(tp)
+  result = fit_lib.fit(lambda tx: make_step(head, tx), own, tp, data, workdir, cfg,
+                       'eagle head', progress, on_save)
+  return {'heads': result.pop('params'), **result}
