@@ -6,11 +6,13 @@
 The target decodes the inputs (greedy; its outputs are the labels, so the draft learns
 what the target says, not a reference), then the draft learns on the target's own hidden
 states: K Medusa heads the tokens 1..K past each position (--kind medusa), or an EAGLE
-head the target's next hidden state from its last one and the next token (--kind eagle).
+head the target's next hidden state from its last one and the next token (--kind eagle);
+or a draft model is fine-tuned on the target's distributions (--kind distill, DistillSpec:
+the forward KL divergence from the target's next-token distribution).
 The decodes and checkpoints live in --workdir: a killed run, rerun with the same flags,
 resumes with nothing lost. The heads go to --output (bfloat16, with draft.json);
-`python -m specjax.decode --draft medusa:PATH` (or eagle:PATH) decodes with them,
-exactly as the target alone would.
+`python -m specjax.decode --draft medusa:PATH` (eagle:PATH; a distilled draft: PATH)
+decodes with them, exactly as the target alone would.
 """
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ import argparse
 import json
 
 from specjax import flags
-from specjax.checkpoints.registry import bundled
+from specjax.checkpoints.registry import BUNDLED, bundled
 from specjax.drafting import data as data_lib
-from specjax.drafting import eagle, fit, heads_io, medusa
+from specjax.drafting import distill, eagle, fit, heads_io, medusa
 from specjax.drafting.config import TrainDraftConfig
 from specjax.job.config import DecodeConfig
 from specjax.job.inputs import tokenize
@@ -71,28 +73,49 @@ def run(cfg: TrainDraftConfig) -> dict:
   if os.path.exists(output):
     raise FileExistsError(f'{output} exists; pass another --output, or remove it')
   examples = _examples(cfg)
+  if cfg.kind != 'distill' and cfg.draft is not None:
+    raise ValueError(f'--draft names the draft model to distil: pass --kind distill, or drop '
+                     f'it for --kind {cfg.kind}')
+  draft_name = cfg.draft or next((f'{prefix}draft' for prefix in BUNDLED
+                                  if cfg.target == f'{prefix}target'), None)
+  if cfg.kind == 'distill' and draft_name is None:
+    raise ValueError('--kind distill needs the draft model to distil: pass --draft NAME')
   job = DecodeConfig(target=cfg.target, target_checkpoint=cfg.target_checkpoint,
-                     vocab=cfg.vocab, draft='copy', dtype='float32')
-  target, tp, _, _, vocab = load_pair(job)
+                     vocab=cfg.vocab, dtype='float32',
+                     draft=draft_name if cfg.kind == 'distill' else 'copy')
+  target, tp, draft, dp, vocab = load_pair(job)
   inputs = _inputs(cfg, examples, vocab)
-  model = EagleHead(target) if cfg.kind == 'eagle' else MedusaHeads(target, cfg.heads)
+  if cfg.kind == 'eagle':
+    model = EagleHead(target)
+  elif cfg.kind == 'medusa':
+    model = MedusaHeads(target, cfg.heads)
+  else:
+    model = distill.Distillation(target, draft)
   data = data_lib.target_decodes(target, tp, inputs, os.path.join(cfg.workdir, 'decodes'),
                                  cfg.max_decode_len, progress=not cfg.quiet)
   settings = fit.Training(steps=cfg.steps, batch=cfg.batch_size,
                           learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
                           save_every=cfg.save_every, seed=cfg.seed)
+  config = None
   if cfg.kind == 'eagle':
     result = eagle.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
-    sizes = {'layers': 1, 'final_accuracy': result['accuracy']}
-  else:
+    sizes = {'layers': 1, 'hidden': model.width, 'final_accuracy': result['accuracy']}
+  elif cfg.kind == 'medusa':
     result = medusa.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
-    sizes = {'num_heads': cfg.heads, 'final_accuracy_per_head': result['accuracy']}
+    sizes = {'num_heads': cfg.heads, 'hidden': model.width,
+             'final_accuracy_per_head': result['accuracy']}
+  else:
+    result = distill.train(model, tp, dp, data, cfg.workdir, settings,
+                           progress=not cfg.quiet)
+    result['heads'] = result.pop('params')
+    config = draft.config.replace(name=f'{draft.config.name or "draft"}_distilled')
+    sizes = {'draft': draft_name, 'final_accuracy': result['accuracy']}
   meta = {'kind': cfg.kind, 'target': cfg.target, **sizes,
-          'hidden': model.width, 'vocab_size': target.vocab_size,
+          'vocab_size': target.vocab_size,
           'examples': int(len(inputs)), 'input': os.path.basename(cfg.input),
           'steps': cfg.steps, 'batch_size': cfg.batch_size,
           'learning_rate': cfg.learning_rate, 'final_loss': result['loss']}
-  path = heads_io.save_heads(output, result['heads'], meta)
+  path = heads_io.save_heads(output, result['heads'], meta, config)
   return {**meta, 'output': path}
 
 
@@ -106,7 +129,12 @@ def main(argv=None) -> int:
   if cfg.json:
     print(json.dumps(summary))
   else:
-    if summary['kind'] == 'eagle':
+    if summary['kind'] == 'distill':
+      print(f'{summary["draft"]} distilled on {summary["examples"]} of {summary["target"]}\'s '
+            f'own decodes, {summary["steps"]} steps: KL {summary["final_loss"]:.3f}, '
+            f'agreement with its argmax {summary["final_accuracy"]:.3f} -> '
+            f'{summary["output"]} (--draft PATH decodes with it)')
+    elif summary['kind'] == 'eagle':
       acc = summary['final_accuracy']
       print(f'An EAGLE head for {summary["target"]} trained on {summary["examples"]} of its '
             f'own decodes, {summary["steps"]} steps: loss {summary["final_loss"]:.3f}, '

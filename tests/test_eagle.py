@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax import decode, train_draft
+from specjax import decode
 from specjax.core import acceptance, tree, tree_accept
 from specjax.drafting import data as data_lib
 from specjax.drafting import eagle, fit, heads_io
 from specjax.job import drafts
 from specjax.proposers.eagle import EagleHead
 from stats_util import chi_square_pvalue, enumerate_t5, tiny_lm, tiny_t5
+from train_draft_util import train_on_demo_lines
 from test_tree_decode import _demo_lines, _test_lines
 
 
@@ -171,16 +172,7 @@ def test_train_draft_cli_trains_a_head_that_accepts_more_and_decodes_with_it(tmp
   decodes of test lines it will decode, then the decode CLI with --draft eagle:PATH:
   identical to the target, with more accepted tokens than the head it started from (the
   target's last layer); one-line refusals of what cannot run."""
-  src = tmp_path / 'train.txt'
-  lines = [json.loads(line)['en'] for line in open(
-      os.path.join(os.path.dirname(specjax.__file__), 'assets', 'demo', 'test.jsonl'))][:24]
-  src.write_text('\n'.join(lines) + '\n')
-  args = ['--kind', 'eagle', '--input', str(src), '--workdir', str(tmp_path / 'run'),
-          '--steps', '30', '--batch-size', '8', '--learning-rate', '2e-3',
-          '--warmup-steps', '2', '--save-every', '30', '--max-decode-len', '16', '--quiet',
-          '--json']
-  assert train_draft.main(args) == 0, capsys.readouterr().err
-  summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  src, args, summary = train_on_demo_lines(tmp_path, capsys, 'eagle', 30, '2e-3', 30)
   path = summary['output']
   meta, params = heads_io.load_heads(path)
   assert meta['kind'] == 'eagle' and meta['examples'] == 24 and meta['hidden'] == 256

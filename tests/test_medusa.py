@@ -29,6 +29,7 @@ from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny
 from specjax.proposers.medusa import MedusaHeads
 from stats_util import chi_square_pvalue, enumerate_lm, tiny_lm
+from train_draft_util import train_on_demo_lines
 from test_lm_speculative import _pair as lm_pair
 from test_lm_speculative import _prompts
 from test_tree_decode import _demo_lines, _test_lines
@@ -215,15 +216,7 @@ def test_train_draft_cli_trains_heads_that_accept_more_and_decodes_with_them(tmp
   test lines it will decode, then the decode CLI with --draft medusa:PATH: identical to
   the target, with more accepted tokens than untrained (zero-residual) heads; the output
   directory is never overwritten, and a missing or mismatched one is a one-line error."""
-  src = tmp_path / 'train.txt'
-  lines = [json.loads(line)['en'] for line in open(
-      os.path.join(os.path.dirname(specjax.__file__), 'assets', 'demo', 'test.jsonl'))][:24]
-  src.write_text('\n'.join(lines) + '\n')
-  args = ['--input', str(src), '--workdir', str(tmp_path / 'run'), '--steps', '40',
-          '--batch-size', '8', '--learning-rate', '3e-3', '--warmup-steps', '2',
-          '--save-every', '20', '--max-decode-len', '16', '--quiet', '--json']
-  assert train_draft.main(args) == 0, capsys.readouterr().err
-  summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  src, args, summary = train_on_demo_lines(tmp_path, capsys, 'medusa', 40, '3e-3', 20)
   path = summary['output']
   meta, params = heads_io.load_heads(path)
   assert meta['kind'] == 'medusa' and meta['num_heads'] == 4 and meta['examples'] == 24

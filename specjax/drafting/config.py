@@ -6,7 +6,7 @@ from typing import Optional
 
 from specjax.flags import flag
 
-KINDS = ('medusa', 'eagle')
+KINDS = ('medusa', 'eagle', 'distill')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +21,11 @@ class TrainDraftConfig:
   kind: str = flag('medusa', 'what to train: medusa, K heads on the target\'s last hidden '
                    'state (--draft medusa:PATH decodes with them); eagle, one decoder layer '
                    'that drafts the target\'s next hidden state (T5 targets; --draft '
-                   'eagle:PATH)', choices=KINDS)
+                   'eagle:PATH); distill, the draft model --draft fine-tuned on the target\'s '
+                   'distributions (--draft PATH)', choices=KINDS)
+  draft: Optional[str] = flag(None, 'the draft model to distil (--kind distill): registry '
+                              'name or checkpoint directory (default: the bundled pair\'s, '
+                              'demo_draft for demo_target)')
   input: Optional[str] = flag(None, 'training inputs: text lines or JSONL with "inputs" '
                               '(the target decodes them; its outputs are the labels)')
   max_examples: int = flag(4096, 'the first N inputs')

@@ -26,31 +26,23 @@ from specjax.proposers.eagle import EagleHead
 CLASSIFICATION_WEIGHT = 0.1
 
 
-def counted(spans: jax.Array, width: int) -> jax.Array:
-  """[B, T] bool: the positions that learn, from the prompt's last token while the token
-  after them is in the sequence."""
-  t = jnp.arange(width)[None]
-  return (t >= spans[:, :1] - 1) & (t + 1 < spans[:, 1:])
-
-
 def _smooth_l1(x: jax.Array) -> jax.Array:
   a = jnp.abs(x)
   return jnp.where(a < 1.0, 0.5 * x * x, a - 0.5)
 
 
-def loss_fn(own: dict, head: EagleHead, tp, encoded, seqs: jax.Array, spans: jax.Array):
+def loss_fn(own: dict, head: EagleHead, tp, inputs: jax.Array, seqs: jax.Array,
+            spans: jax.Array):
   """(the loss, the head's top-1 agreement with the target's argmax) over the counted
   positions of seqs [B, T]."""
   target = head.target
   batch, width = seqs.shape
-  zeros = jnp.zeros((batch,), jnp.int32)
-  logits, _, f = target.decode(tp, encoded, target.init_cache(batch, width), seqs, zeros,
-                               return_hidden=True)  # [B, T, V], [B, T, H]
-  logits, f = jax.lax.stop_gradient((logits, f.astype(jnp.float32)))
+  encoded, logits, f = fit_lib.teacher_forced(target, tp, inputs, seqs)  # [B,T,V], [B,T,H]
   feats = jnp.concatenate([jnp.zeros_like(f[:, :1]), f[:, :-1]], axis=1)  # f[t-1]
   g, head_logits, _ = head.run({'target': tp, 'own': own}, {'target': encoded},
-                               head.init_cache(batch, width), seqs, feats, zeros)
-  weight = counted(spans, width).astype(jnp.float32)  # [B, T]
+                               head.init_cache(batch, width), seqs, feats,
+                               jnp.zeros((batch,), jnp.int32))
+  weight = fit_lib.counted(spans, width).astype(jnp.float32)  # [B, T]
   total = jnp.maximum(jnp.sum(weight), 1.0)
   regression = jnp.sum(jnp.mean(_smooth_l1(g - f), -1) * weight) / total
   cross = -jnp.sum(jax.nn.softmax(logits, -1) * jax.nn.log_softmax(head_logits, -1), -1)

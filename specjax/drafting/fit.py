@@ -15,6 +15,7 @@ import os
 from typing import Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -54,15 +55,33 @@ def batch_rows(seed: int, step: int, num: int, batch: int) -> np.ndarray:
   return np.asarray(jax.random.choice(key, num, (min(batch, num),), replace=False))
 
 
+def teacher_forced(target, tp, inputs: jax.Array, seqs: jax.Array):
+  """The frozen target over its own sequences seqs [B, T] for inputs [B, S]: (its
+  encoding, logits [B, T, V] float32 (position t's of the token at t + 1), final hidden
+  states [B, T, H] float32), no gradient through any."""
+  batch, width = seqs.shape
+  encoded = target.encode(tp, inputs)
+  logits, _, hidden = target.decode(tp, encoded, target.init_cache(batch, width), seqs,
+                                    jnp.zeros((batch,), jnp.int32), return_hidden=True)
+  return jax.lax.stop_gradient((encoded, logits, hidden.astype(jnp.float32)))
+
+
+def counted(spans: jax.Array, width: int) -> jax.Array:
+  """[B, T] bool: the positions that learn the next token, from the prompt's last token
+  while the token after them is in the sequence (spans [B, 2]: the prompt's length and
+  the sequence's)."""
+  t = jnp.arange(width)[None]
+  return (t >= spans[:, :1] - 1) & (t + 1 < spans[:, 1:])
+
+
 def make_step(loss_fn: Callable, model, tx: optax.GradientTransformation) -> Callable:
   """jitted (params, opt_state, tp, inputs [B, S], seqs [B, T], spans [B, 2]) -> (params,
-  opt_state, loss, accuracy): one Adam step on loss_fn(params, model, tp, encoded, seqs,
-  spans) -> (loss, accuracy), the target's encoding of inputs computed in the step."""
+  opt_state, loss, accuracy): one Adam step on loss_fn(params, model, tp, inputs, seqs,
+  spans) -> (loss, accuracy)."""
   @jax.jit
   def step(params, opt_state, tp, inputs, seqs, spans):
-    encoded = model.target.encode(tp, inputs)
     (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, model, tp, encoded, seqs, spans)
+        params, model, tp, inputs, seqs, spans)
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss, accuracy
   return step

@@ -15,8 +15,9 @@ from specjax.checkpoints import loader
 META_FILE = 'draft.json'
 
 
-def save_heads(path: str, params: dict, meta: dict) -> str:
-  """Writes params (as bfloat16) and meta to the new directory `path`; returns it.
+def save_heads(path: str, params: dict, meta: dict, config=None) -> str:
+  """Writes params (as bfloat16) and meta to the new directory `path`; returns it. With a
+  model's `config` (a distilled draft model) it is a checkpoint `--draft PATH` loads.
 
   Raises:
     FileExistsError: `path` exists (nothing is overwritten).
@@ -25,7 +26,7 @@ def save_heads(path: str, params: dict, meta: dict) -> str:
   if os.path.exists(path):
     raise FileExistsError(f'{path} exists; pass another --output, or remove it')
   small = jax.tree.map(lambda a: jnp.asarray(a, jnp.bfloat16), params)
-  loader.save_params(path, small)
+  loader.save_params(path, small, config)
   with open(os.path.join(path, META_FILE), 'w', encoding='utf-8') as f:
     json.dump(meta, f, indent=1)
   return path

@@ -37,15 +37,11 @@ def head_labels(seqs: jax.Array, spans: jax.Array, num_heads: int):
   return labels.astype(jnp.int32), counts
 
 
-def loss_fn(heads: dict, model: MedusaHeads, tp, encoded, seqs: jax.Array,
-            spans: jax.Array):
+def loss_fn(heads: dict, model: MedusaHeads, tp, inputs: jax.Array,
+            seqs: jax.Array, spans: jax.Array):
   """(mean cross-entropy over the counted labels of every head, per-head accuracy [K])."""
   target = model.target
-  cache = target.init_cache(seqs.shape[0], seqs.shape[1])
-  _, _, hidden = target.decode(tp, encoded, cache, seqs, jnp.zeros((seqs.shape[0],),
-                                                                   jnp.int32),
-                               return_hidden=True)  # [B, T, D]
-  hidden = jax.lax.stop_gradient(hidden.astype(jnp.float32))
+  _, _, hidden = fit_lib.teacher_forced(target, tp, inputs, seqs)  # [B, T, D]
   states = head_states(heads, hidden)  # [B, T, K, D]
   b, t, k, d = states.shape
   logits = target.project(tp, states.reshape(b, t * k, d).astype(hidden.dtype))
