@@ -35,21 +35,56 @@ def parse_args(argv=None):
   return proposer_trees.parser(__doc__, SECTION, ';'.join(SHAPES)).parse_args(argv)
 
 
-def run_task(task: str, args) -> tuple:
+def run_task(task: str, args, kind: str = 'medusa') -> tuple:
+  """The rows of the task's draft model and of its bundled heads of `kind` ('medusa' or
+  'eagle'), and {'c': each one's cost, 'heads': the heads' draft.json}."""
   target, tp, draft, dp, inputs = sweep.load_task(task, args.num_examples)
   name = sweep.TASKS[task] + 'target'
   shapes = args.shapes.split(';')
-  heads, hp = drafts.resolve_draft('medusa', target, name, None)
-  proposers = {sweep.TASKS[task] + 'draft': (draft, dp, shapes),
-               'medusa': (heads, hp, shapes)}
+  heads, hp = drafts.resolve_draft(kind, target, name, None)
+  proposers = {sweep.TASKS[task] + 'draft': (draft, dp, shapes), kind: (heads, hp, shapes)}
   rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
-  meta, _ = heads_io.load_heads(_path(task))
-  return rows, {'c': layer_skip.costs(task, ['model', 'medusa'], args.rounds), 'heads': meta}
+  meta, _ = heads_io.load_heads(heads_path(task, kind))
+  return rows, {'c': layer_skip.costs(task, ['model', kind], args.rounds), 'heads': meta}
 
 
-def _path(task: str) -> str:
-  """The task target's bundled heads."""
-  return drafts.DEFAULT_MEDUSA[sweep.TASKS[task] + 'target']
+def heads_path(task: str, kind: str = 'medusa') -> str:
+  """The task target's bundled heads of `kind`."""
+  return drafts.TRAINED[kind][sweep.TASKS[task] + 'target']
+
+
+def table(rows: list, tasks: dict) -> list:
+  """The lines of the table of the best chain and tree of each task, temperature and
+  draft."""
+  lines = ['| task | T | draft | c | best chain | tok/call | alpha | best tree | nodes | '
+           'tok/call | alpha |', '|---|---|---|---|---|---|---|---|---|---|---|']
+  fmt = lambda a: '-' if a is None else f'{a:.3f}'
+  for task, temperature, kind, chain, tree in proposer_trees.best_by_group(rows):
+    lines.append(f'| {task} | {temperature:g} | {kind} | {fmt(tasks[task]["c"].get(kind))} | '
+                 f'{chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
+                 f'{fmt(chain["alpha"])} | {tree["shape"]} | {tree["nodes"]} | '
+                 f'{tree["tokens_per_call"]:.2f} | {fmt(tree["alpha"])} |')
+  return lines
+
+
+def card_table(rows: list, kind: str) -> list:
+  """The lines of a model card's table: the heads' best chain and tree per temperature."""
+  lines = ['| T | best chain | tokens per call | alpha | best tree | tokens per call | alpha |',
+           '|---|---|---|---|---|---|---|']
+  for _, temperature, proposer, chain, tree in proposer_trees.best_by_group(
+      rows, order=lambda k: k[1]):
+    if proposer != kind:
+      continue
+    lines.append(f'| {temperature:g} | {chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
+                 f'{chain["alpha"]:.3f} | {tree["shape"]} | {tree["tokens_per_call"]:.2f} | '
+                 f'{tree["alpha"]:.3f} |')
+  return lines
+
+
+def stored_mb(task: str, kind: str) -> float:
+  """The bundled heads' size on disk, their model card apart: MB."""
+  return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(
+      heads_path(task, kind)) for f in fs if f != 'MODEL_CARD.md') / 1e6
 
 
 def _best(rows, chain: bool):
@@ -65,15 +100,7 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'the task\'s draft model. Tokens per target call (hardware-free) and alpha of '
            'the best chain and the best tree of each; c, one proposal over a target step, '
            'timed on this CPU (XLA defaults). Every greedy row was identical to the target '
-           'alone (`identical_to_target` in the JSON).', '',
-           '| task | T | draft | c | best chain | tok/call | alpha | best tree | nodes | '
-           'tok/call | alpha |', '|---|---|---|---|---|---|---|---|---|---|---|']
-  fmt = lambda a: '-' if a is None else f'{a:.3f}'
-  for task, temperature, kind, chain, tree in proposer_trees.best_by_group(rows):
-    lines.append(f'| {task} | {temperature:g} | {kind} | {fmt(tasks[task]["c"].get(kind))} | '
-                 f'{chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
-                 f'{fmt(chain["alpha"])} | {tree["shape"]} | {tree["nodes"]} | '
-                 f'{tree["tokens_per_call"]:.2f} | {fmt(tree["alpha"])} |')
+           'alone (`identical_to_target` in the JSON).', ''] + table(rows, tasks)
   lines.append('')
   for task in tasks:
     greedy = [r for r in rows if r['task'] == task and r['temperature'] == 0.0]
@@ -89,8 +116,8 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
   if os.path.exists(tpu):
     with open(tpu, encoding='utf-8') as f:
       cost = json.load(f)
-    lines += ['', 'Compile-only TPU v4, T5-XXL, one chip (`python scripts/tpu_medusa_cost.py '
-              '--json docs/tpu_medusa_cost.json`, roofline times):', '',
+    lines += ['', 'Compile-only TPU v4, T5-XXL, one chip (`python scripts/tpu_head_cost.py '
+              '--kind medusa --json docs/tpu_medusa_cost.json`, roofline times):', '',
               '| batch | 4 heads\' proposal / T5-XXL step | t5_small step / T5-XXL step | '
               'predicted x, heads (chain 4) | predicted x, t5_small (gamma 4) |',
               '|---|---|---|---|---|']
@@ -115,8 +142,7 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
 def card(task: str, rows: list, info: dict) -> str:
   """The heads' MODEL_CARD.md."""
   meta = info['heads']
-  size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(_path(task))
-             for f in fs if f != 'MODEL_CARD.md')
+  size = stored_mb(task, 'medusa') * 1e6
   lines = [f'# Medusa heads for {meta["target"]}', '',
            'Written by `scripts/medusa_heads.py`; do not edit by hand.', '',
            f'{meta["num_heads"]} heads, each h + SiLU(h W_k + b_k) on the target\'s final '
@@ -134,15 +160,7 @@ def card(task: str, rows: list, info: dict) -> str:
            + '.', '',
            f'Measured on the first test lines of the task ({task}; docs/benchmarks.md, '
            '"Medusa heads"):', '',
-           '| T | best chain | tokens per call | alpha | best tree | tokens per call | alpha |',
-           '|---|---|---|---|---|---|---|']
-  for _, temperature, kind, chain, tree in proposer_trees.best_by_group(
-      rows, order=lambda k: k[1]):
-    if kind != 'medusa':
-      continue
-    lines.append(f'| {temperature:g} | {chain["shape"]} | {chain["tokens_per_call"]:.2f} | '
-                 f'{chain["alpha"]:.3f} | {tree["shape"]} | {tree["tokens_per_call"]:.2f} | '
-                 f'{tree["alpha"]:.3f} |')
+           ] + card_table(rows, 'medusa')
   return '\n'.join(lines) + '\n'
 
 
@@ -153,7 +171,7 @@ def main(argv=None) -> int:
   code = proposer_trees.finish(args, rows, tasks, SECTION, markdown(rows, tasks, command))
   if code == 0 and args.markdown:
     for task in tasks:
-      with open(os.path.join(_path(task), 'MODEL_CARD.md'), 'w', encoding='utf-8') as f:
+      with open(os.path.join(heads_path(task), 'MODEL_CARD.md'), 'w', encoding='utf-8') as f:
         f.write(card(task, [r for r in rows if r['task'] == task], tasks[task]))
   return code
 
