@@ -89,6 +89,9 @@ def _print_summary(s: dict) -> None:
   if s['lenience'] < 1:
     print(f'  lenience {s["lenience"]}: NOT exact, the outputs do not follow the target\'s '
           'distribution (lenience 1 is exact)')
+  if s['gamma'] != 0 and s['verification'].startswith('typical'):
+    print(f'  {s["verification"]} acceptance: NOT exact, the outputs do not follow the '
+          'target\'s distribution (--verification token is exact)')
   if s.get('resumed'):
     print(f'  resumed: {s["resumed"]} inputs were already in the output, {s["decoded"]} '
           'decoded now')

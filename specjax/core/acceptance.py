@@ -133,6 +133,45 @@ def accept(p: jax.Array, q: jax.Array, x: jax.Array, keys: jax.Array,
   return Acceptance(n=n, y=y, accepted=accepted, beta=beta)
 
 
+def typical_threshold(p: jax.Array, epsilon: float, delta: float) -> jax.Array:
+  """min(epsilon, delta * exp(-H(p))) of distributions p [..., V]: [...], H the entropy
+  (typical acceptance's bar for p(x))."""
+  entropy = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.maximum(p, 1e-30)), 0.0), axis=-1)
+  return jnp.minimum(epsilon, delta * jnp.exp(-entropy))
+
+
+def accept_typical(p: jax.Array, q: jax.Array, x: jax.Array, keys: jax.Array,
+                   epsilon: float, delta: float,
+                   drafted: Optional[jax.Array] = None) -> Acceptance:
+  """Typical acceptance (Medusa), NOT exact: draft token x_i is kept while
+  p_i(x_i) > `typical_threshold`(p_i), and the token after the kept ones is drawn from
+  p itself. A greedy row (one-hot p) keeps exactly its argmax matches, as `accept`.
+
+  Args:
+    p: [B, G+1, V] float32, the warped target distributions.
+    q: [B, G, V] float32, the draft's (read for beta only).
+    x: [B, G] int32, the draft tokens.
+    keys: [B, ...] one PRNG key per row.
+    epsilon, delta: the threshold's (`specjax.core.rule.typical_parameters`).
+    drafted: [B] int32, how many of the G tokens each row proposes (default all).
+
+  Returns:
+    An `Acceptance` with n [B], y [B], accepted [B, G], beta [B, G].
+  """
+  gamma = q.shape[1]
+  p_draft = p[:, :gamma]
+  p_x = jnp.take_along_axis(p_draft, x[..., None], axis=-1)[..., 0]  # [B, G]
+  ok = p_x > typical_threshold(p_draft, epsilon, delta)
+  if drafted is not None:
+    ok &= jnp.arange(gamma)[None] < drafted[:, None]
+  accepted = jnp.cumprod(ok.astype(jnp.int32), axis=1).astype(bool)  # [B, G]
+  n = jnp.sum(accepted, axis=1).astype(jnp.int32)
+  p_n = jnp.take_along_axis(p, n[:, None, None], axis=1)[:, 0]  # [B, V]
+  y = sampling.sample(split_keys(keys, 2)[1], p_n)
+  beta = jnp.sum(jnp.minimum(p_draft, _proposed(q, drafted)), axis=-1)
+  return Acceptance(n=n, y=y, accepted=accepted, beta=beta)
+
+
 def block_weights(p_x: jax.Array, q_x: jax.Array) -> jax.Array:
   """w_j = min(w_{j-1} p(x_j) / q(x_j), 1), w_0 = 1: [B, G] -> [B, G+1] (w_0 .. w_G)."""
   w = [jnp.ones(p_x.shape[:1], jnp.float32)]

@@ -185,7 +185,7 @@ def loop_config(model, gamma: int, max_decode_len: int, mode: SamplingMode,
   rule = VerificationRule(verification, draft_threshold, threshold_rule, lenience)
   shape = tree_shape(tree)
   if shape is not None:
-    if verification != 'token' or draft_threshold > 0.0:
+    if (verification != 'token' and rule.typical is None) or draft_threshold > 0.0:
       raise ValueError('a tree is verified by the tree rule: drop --verification block and '
                        '--draft-threshold, or drop the tree')
     if int(gamma) != shape.depth_count:

@@ -6,9 +6,35 @@ command line's config) builds it here and checks it here, so no route can drop a
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional, Tuple
 
-VERIFICATIONS = ('token', 'block')
+VERIFICATIONS = ('token', 'block', 'typical')
 THRESHOLD_RULES = ('token', 'cumulative')
+# Typical acceptance's (epsilon, delta) by default: Medusa's posterior threshold and alpha.
+TYPICAL_DEFAULTS = (0.09, 0.3)
+
+
+def typical_parameters(verification: str) -> Optional[Tuple[float, float]]:
+  """(epsilon, delta) of 'typical' (the defaults) or 'typical:EPS:DELTA'; None for another
+  rule.
+
+  Raises:
+    ValueError: a 'typical:...' that is not two numbers, epsilon outside (0, 1] or delta
+      <= 0 (one line naming the form).
+  """
+  if verification != 'typical' and not verification.startswith('typical:'):
+    return None
+  if verification == 'typical':
+    return TYPICAL_DEFAULTS
+  try:
+    epsilon, delta = (float(v) for v in verification.split(':')[1:])
+  except ValueError:
+    raise ValueError(f'verification {verification!r}: pass typical or typical:EPS:DELTA '
+                     '(e.g. typical:0.09:0.3)') from None
+  if not 0.0 < epsilon <= 1.0 or not delta > 0.0:
+    raise ValueError(f'verification {verification!r}: typical acceptance needs 0 < EPS <= 1 '
+                     'and DELTA > 0')
+  return epsilon, delta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +44,11 @@ class VerificationRule:
   Attributes:
     verification: 'token' (the paper's rule, each draft token in turn) or 'block' (block
       verification: the draft verified as a whole, at least as many tokens accepted in
-      expectation); both exact, and identical for greedy rows.
+      expectation); both exact, and identical for greedy rows. Or 'typical' /
+      'typical:EPS:DELTA', Medusa's typical acceptance, which is NOT exact (sampled rows
+      only): a draft token x is kept while p(x) > min(EPS, DELTA exp(-H(p))), H the
+      entropy of the target's warped distribution p, and the token after the kept ones
+      is drawn from p (defaults `TYPICAL_DEFAULTS`).
     draft_threshold: per-row dynamic gamma: a row stops proposing once its confidence
       falls under it (see threshold_rule); 0 drafts G always.
     threshold_rule: what the threshold is compared with: 'token', each draft token's own
@@ -35,9 +65,15 @@ class VerificationRule:
   lenience: float = 1.0
 
   @property
+  def typical(self) -> Optional[Tuple[float, float]]:
+    """(epsilon, delta) of typical acceptance, or None for an exact rule."""
+    return typical_parameters(self.verification)
+
+  @property
   def exact(self) -> bool:
-    """Whether outputs follow the target's distribution (every rule but a lenience < 1)."""
-    return self.lenience >= 1.0
+    """Whether outputs follow the target's distribution (every rule but a lenience < 1 and
+    typical acceptance)."""
+    return self.lenience >= 1.0 and self.typical is None
 
   def checked(self, greedy: bool) -> 'VerificationRule':
     """This rule with its numbers as floats, once checked against the decode's mode.
@@ -47,11 +83,16 @@ class VerificationRule:
 
     Raises:
       ValueError: an unknown verification or threshold rule, a threshold outside [0, 1], a
-        lenience outside (0, 1], or a lenience with greedy decoding or block verification.
+        lenience outside (0, 1], a lenience with greedy decoding or block verification, or
+        typical acceptance with greedy decoding or a lenience.
     """
-    if self.verification not in VERIFICATIONS:
-      raise ValueError(f'verification must be one of {", ".join(VERIFICATIONS)}, got '
-                       f'{self.verification!r}')
+    typical = self.typical  # a malformed typical:EPS:DELTA raises here
+    if self.verification not in VERIFICATIONS and typical is None:
+      raise ValueError(f'verification must be one of {", ".join(VERIFICATIONS)} (or '
+                       f'typical:EPS:DELTA), got {self.verification!r}')
+    if typical is not None and (greedy or self.lenience < 1.0):
+      raise ValueError('typical acceptance changes the rule of sampled decoding only, in '
+                       'place of the token rule: pass a temperature > 0 and lenience 1')
     if self.threshold_rule not in THRESHOLD_RULES:
       raise ValueError(f'the threshold rule must be one of {", ".join(THRESHOLD_RULES)}, '
                        f'got {self.threshold_rule!r}')

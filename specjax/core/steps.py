@@ -269,7 +269,9 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
     result = acceptance.accept_greedy(sampling.argmax(logits), x, drafted)
   else:
     p = sampling.warp(logits, state.sampling, cfg.sampling)  # [B, G+1, V]
-    if cfg.rule.verification == 'block':
+    if cfg.rule.typical is not None:  # lossy, where the rule says so
+      result = acceptance.accept_typical(p, d.q, x, accept_keys, *cfg.rule.typical, drafted)
+    elif cfg.rule.verification == 'block':
       result = acceptance.accept_block(p, d.q, x, accept_keys, drafted)
     else:
       result = acceptance.accept(p, d.q, x, accept_keys, cfg.rule.lenience, drafted)

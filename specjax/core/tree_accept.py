@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.core import sampling
-from specjax.core.acceptance import residual
+from specjax.core.acceptance import residual, typical_threshold
 from specjax.core.state import split_keys
 from specjax.core.tree import ancestors
 
@@ -90,6 +90,19 @@ def accept_tree_greedy(target_tokens: jax.Array, tokens: jax.Array, parents: jax
   parents, depth = _rows(parents, batch), _rows(depth, batch)
   expected = jnp.take_along_axis(target_tokens, parents + 1, axis=1)  # [B, N]
   ok = tokens == expected
+  chosen, n, path, reached = _deepest(ok, parents, depth, max_depth, visible)
+  y = jnp.take_along_axis(target_tokens, (chosen + 1)[:, None], axis=1)[:, 0]
+  # The first child of each reached node: does it match? (beta of a one-hot p and q)
+  first_ok = _first_child_values(ok.astype(jnp.float32), parents, path, max_depth)
+  return TreeAcceptance(n=n, y=y, path=path, beta=jnp.where(reached, first_ok, 0.0),
+                        reached=reached)
+
+
+def _deepest(ok: jax.Array, parents: jax.Array, depth: jax.Array, max_depth: int,
+             visible: Optional[jax.Array]):
+  """The deepest node whose every ancestor-or-self is `ok` [B, N] (the first such node
+  on ties): (chosen [B], -1 for none; n [B] its depth; path [B, D]; reached [B, D])."""
+  batch, num = ok.shape
 
   def body(i, acc):
     parent_ok = jnp.where(parents[:, i] < 0, True,
@@ -101,12 +114,29 @@ def accept_tree_greedy(target_tokens: jax.Array, tokens: jax.Array, parents: jax
   chosen = jnp.where(jnp.any(acc, 1), jnp.argmax(score, 1), -1).astype(jnp.int32)  # [B]
   n = jnp.where(chosen >= 0, jnp.take_along_axis(depth, jnp.maximum(chosen, 0)[:, None],
                                                  1)[:, 0], 0).astype(jnp.int32)
-  y = jnp.take_along_axis(target_tokens, (chosen + 1)[:, None], axis=1)[:, 0]
   path = _path(chosen, parents, depth, n, max_depth, visible)
-  reached = jnp.arange(max_depth)[None] <= n[:, None]
-  # The first child of each reached node: does it match? (beta of a one-hot p and q)
-  first_ok = _first_child_values(ok.astype(jnp.float32), parents, path, max_depth)
-  return TreeAcceptance(n=n, y=y, path=path, beta=jnp.where(reached, first_ok, 0.0),
+  return chosen, n, path, jnp.arange(max_depth)[None] <= n[:, None]
+
+
+def accept_tree_typical(p: jax.Array, q: jax.Array, tokens: jax.Array, parents: jax.Array,
+                        depth: jax.Array, keys: jax.Array, max_depth: int, epsilon: float,
+                        delta: float, visible: Optional[jax.Array] = None
+                        ) -> TreeAcceptance:
+  """Typical acceptance of a tree (Medusa), NOT exact: the deepest path whose every
+  token x has p(x) > `specjax.core.acceptance.typical_threshold`(p) under its parent's
+  distribution p, then a token drawn from the target's p after the path's end. Shapes as
+  `accept_tree`; epsilon and delta as `specjax.core.rule.typical_parameters`."""
+  batch, num = tokens.shape
+  parents, depth = _rows(parents, batch), _rows(depth, batch)
+  p_parent = jnp.take_along_axis(p, (parents + 1)[..., None], 1)  # [B, N, V]
+  p_x = jnp.take_along_axis(p_parent, tokens[..., None], axis=-1)[..., 0]  # [B, N]
+  ok = p_x > typical_threshold(p_parent, epsilon, delta)
+  chosen, n, path, reached = _deepest(ok, parents, depth, max_depth, visible)
+  p_end = jnp.take_along_axis(p, (chosen + 1)[:, None, None], axis=1)[:, 0]  # [B, V]
+  y = sampling.sample(split_keys(keys, 2)[1], p_end)
+  beta = _first_child_values(jnp.sum(jnp.minimum(p_parent, q), axis=-1), parents, path,
+                             max_depth)
+  return TreeAcceptance(n=n, y=y, path=path, beta=jnp.where(reached, beta, 0.0),
                         reached=reached)
 
 

@@ -50,6 +50,11 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
     result = tree_accept.accept_tree_greedy(sampling.argmax(logits), proposal.tokens,
                                             proposal.parents, proposal.depth, depth,
                                             proposal.visible)
+  elif cfg.rule.typical is not None:  # typical acceptance: lossy, where the rule says so
+    p = sampling.warp(logits, state.sampling, cfg.sampling)  # [B, M, V]
+    result = tree_accept.accept_tree_typical(p, proposal.q, proposal.tokens,
+                                             proposal.parents, proposal.depth, accept_keys,
+                                             depth, *cfg.rule.typical, proposal.visible)
   else:
     p = sampling.warp(logits, state.sampling, cfg.sampling)  # [B, M, V]
     result = tree_accept.accept_tree(p, proposal.q, proposal.tokens, proposal.parents,

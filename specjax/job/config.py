@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from typing import Optional, Union
 
-from specjax.core.rule import THRESHOLD_RULES, VERIFICATIONS, VerificationRule
+from specjax.core.rule import THRESHOLD_RULES, VerificationRule
 from specjax.core.sampling import SamplingConfig
 from specjax.core.tree import DynamicTree, TreeShape
 from specjax.flags import flag
@@ -93,7 +93,10 @@ class DecodeConfig:
                            'is cached for this setting (and cache the new one)')
   verification: str = flag('token', 'token: the paper\'s rule, each draft token in turn; '
                            'block: block verification, which keeps at least as many tokens '
-                           'per call; both exact', choices=VERIFICATIONS)
+                           'per call; both exact. typical or typical:EPS:DELTA (sampled '
+                           'only; chains and trees): Medusa\'s typical acceptance, NOT exact: '
+                           'keeps a draft token x while p(x) > min(EPS, DELTA exp(-H(p))) '
+                           '(default 0.09, 0.3), then draws from p', metavar='RULE')
   draft_threshold: float = flag(0.0, 'per-row dynamic gamma: a row stops drafting at its '
                                 'first token the draft gives less than this probability (0: '
                                 'always gamma tokens); the target then scores only as far as '
@@ -265,7 +268,8 @@ class DecodeConfig:
       return
     if self.tree is not None and self.tree_top != TREE_TOP:
       raise ValueError('--tree-top shapes a dynamic tree (--tree-nodes), not --tree: drop it')
-    rules = [f'--verification {self.verification}'] if self.verification != 'token' else []
+    tree_rule = self.verification == 'token' or self.rule.typical is not None
+    rules = [] if tree_rule else [f'--verification {self.verification}']
     rules += ['--draft-threshold'] if self.draft_threshold > 0 else []
     if rules:
       raise ValueError(f'a tree is verified by the exact tree rule: drop '
