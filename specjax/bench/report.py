@@ -243,9 +243,11 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
 
 # Sections other generators write into the bench's report (scripts/tree_tokens_per_call.py,
 # scripts/proposer_trees.py, scripts/layer_skip.py, scripts/medusa_heads.py,
-# scripts/eagle_heads.py): a rerun of the bench keeps them, at the end.
+# scripts/eagle_heads.py, scripts/distilled_drafts.py): a rerun of the bench keeps them, at
+# the end.
 KEPT = ('## Token trees', '## Trees of the copy and bigram proposers',
-        '## Layer-skip self-speculation', '## Medusa heads', '## EAGLE heads')
+        '## Layer-skip self-speculation', '## Medusa heads', '## EAGLE heads',
+        '## Distilled draft models')
 
 
 def kept_section(path: str) -> str:

@@ -1,0 +1,98 @@
+"""Distilled draft models beside the ones they started from: alpha and tokens per target call
+of the best chain and the best tree of each, on the bundled tasks' first test lines, at
+each temperature.
+
+    python -m specjax.train_draft --kind distill --target demo_target --input TRAIN \
+        --workdir runs/distill_ende                   # and manpages_target, likewise
+    python scripts/distilled_drafts.py --distilled ende=runs/distill_ende/heads,manpages=runs/distill_manpages/heads \
+        --json docs/distilled_drafts.json --markdown docs/benchmarks.md
+
+TRAIN is the first 4096 inputs of the task's train split (scripts/build_demo_corpus.py,
+scripts/build_manpage_corpus.py write them). The distilled drafts are not bundled: they
+are the bundled drafts' architecture with other weights, so their cost c is the bundled
+draft's (timed here once, with XLA's defaults). Tokens per target call and alpha are
+hardware-free. With --markdown, the section "## Distilled draft models" of that file is
+written (replaced where it is already there).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import medusa_heads  # pylint: disable=wrong-import-position  # sets XLA flags
+import layer_skip  # pylint: disable=wrong-import-position
+import proposer_trees  # pylint: disable=wrong-import-position
+import tree_tokens_per_call as sweep  # pylint: disable=wrong-import-position
+
+import jax  # pylint: disable=wrong-import-position
+import jax.numpy as jnp  # pylint: disable=wrong-import-position
+
+from specjax.checkpoints import loader  # pylint: disable=wrong-import-position
+from specjax.drafting import heads_io  # pylint: disable=wrong-import-position
+
+SECTION = '## Distilled draft models'
+SHAPES = ['chain 2', 'chain 3', 'chain 4', 'chain 6', '2,2,1', 'dynamic:16:6:4']
+
+
+def parse_args(argv=None):
+  p = proposer_trees.parser(__doc__, SECTION, ';'.join(SHAPES))
+  p.add_argument('--distilled', default='',
+                 help='TASK=PATH,...: each task\'s distilled draft (train_draft --kind '
+                      'distill\'s --output)')
+  return p.parse_args(argv)
+
+
+def run_task(task: str, args) -> tuple:
+  paths = dict(item.split('=', 1) for item in args.distilled.split(',') if item)
+  if task not in paths:
+    raise SystemExit(f'error: no distilled draft for {task}: pass --distilled {task}=PATH')
+  target, tp, draft, dp, inputs = sweep.load_task(task, args.num_examples)
+  name = sweep.TASKS[task] + 'draft'
+  distilled, ddp = loader.load_model(None, paths[task])
+  ddp = jax.tree.map(lambda a: a.astype(jnp.float32), ddp)  # stored bfloat16
+  shapes = args.shapes.split(';')
+  proposers = {name: (draft, dp, shapes), 'distilled': (distilled, ddp, shapes)}
+  rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
+  c = layer_skip.costs(task, ['model'], args.rounds)[name]
+  meta, _ = heads_io.load_heads(paths[task])
+  return rows, {'c': {name: c, 'distilled': c}, 'heads': meta}
+
+
+def markdown(rows: list, tasks: dict, command: str) -> str:
+  lines = [SECTION, '', f'`{command}`', '',
+           'Each task\'s draft model fine-tuned on the target\'s own greedy decodes of 4096 '
+           'training inputs by the forward KL divergence from the target\'s next-token '
+           'distributions (`python -m specjax.train_draft --kind distill`, DistillSpec), '
+           'beside the draft it started from. Tokens per target call (hardware-free) and '
+           'alpha of the best chain and the best tree of each; c is the same for both (one '
+           'architecture). Every greedy row was identical to the target alone '
+           '(`identical_to_target` in the JSON).', '']
+  lines += medusa_heads.table(rows, tasks) + ['']
+  for task, info in tasks.items():
+    meta = info['heads']
+    lines.append(f'- {task}: {meta["draft"]} distilled for {meta["steps"]} steps of '
+                 f'{meta["batch_size"]} sequences (Adam at {meta["learning_rate"]:g}); alpha '
+                 'of the chain of 4, before and after: ' + '; '.join(
+                     f'T={t:g} {_alpha(rows, task, t, meta["draft"]):.3f} -> '
+                     f'{_alpha(rows, task, t, "distilled"):.3f} '
+                     f'({_alpha(rows, task, t, "distilled") - _alpha(rows, task, t, meta["draft"]):+.3f})'
+                     for t in sorted({r['temperature'] for r in rows})) + '.')
+  return '\n'.join(lines) + '\n'
+
+
+def _alpha(rows: list, task: str, temperature: float, proposer: str) -> float:
+  return next(r['alpha'] for r in rows if r['task'] == task and r['proposer'] == proposer
+              and r['temperature'] == temperature and r['shape'] == 'chain 4')
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  rows, tasks = proposer_trees.collect(args, run_task)
+  command = ('python scripts/distilled_drafts.py --distilled ende=...,manpages=... --json '
+             'docs/distilled_drafts.json --markdown docs/benchmarks.md')
+  return proposer_trees.finish(args, rows, tasks, SECTION, markdown(rows, tasks, command))
+
+
+if __name__ == '__main__':
+  sys.exit(main())
