@@ -21,9 +21,13 @@ pair's do.
 """
 import argparse
 import json
+import os
 import sys
 
-from specjax.speed import cli
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_sections  # pylint: disable=wrong-import-position
+
+from specjax.speed import cli  # pylint: disable=wrong-import-position
 
 
 def measure(batch: int, kind: str, gamma: int) -> dict:
@@ -108,9 +112,48 @@ def predict(costs: dict, kind: str, gamma: int, per_call: dict) -> dict:
              for name, tokens in per_call.items()}}
 
 
+SECTION = '## Drafts on the target\'s hidden states (EAGLE, Medusa heads)'
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs')
+
+
+def section(results: dict) -> str:
+  """The report section of each kind's results (kind -> what --json holds)."""
+  lines = [SECTION, '',
+           'Written by `python scripts/tpu_head_cost.py --kind KIND --json '
+           'docs/tpu_KIND_cost.json --markdown docs/tpu_speed.md` (kept when the report '
+           'is generated again). One chip, bfloat16, S = 128, L = 128; roofline times of '
+           'the compiled programs (random params). A proposal of G tokens: Medusa\'s G '
+           'heads (one program); an EAGLE head\'s catch-up call of G + 1 positions plus '
+           'G - 1 steps of its layer (fc 2D x D, one T5-XXL decoder layer, the output '
+           'projection), each compiled alone. The predicted speedup over T5-XXL alone is '
+           'tokens per call / (1 + proposal / target step), a verify of G + 1 tokens taken '
+           'as one step, with the tokens per call the bundled EnDe demo pair measures '
+           '(greedy) for the heads\' chain of G and for demo_draft\'s (docs/benchmarks.md): '
+           'the assumption is that T5-XXL\'s heads and t5_small accept as the demo pair\'s '
+           'do.', '',
+           '| draft | G | batch | proposal / T5-XXL step | one step / T5-XXL step | '
+           't5_small step / T5-XXL step | tokens per call: heads, demo_draft | predicted '
+           'x: heads | predicted x: t5_small |', '|---|---|---|---|---|---|---|---|---|']
+  for kind, result in results.items():
+    gamma = next(int(k.split()[-1]) for k in result['tokens_per_call'] if k.startswith('t5_'))
+    per_call = result['tokens_per_call']
+    for batch in ('B=1', 'B=8'):
+      pr, costs = result[batch]['predicted'], result[batch]['costs']
+      step = costs.get(f'{kind} step')
+      one = '-' if step is None else f'{step["seconds"] / costs["t5_xxl step"]["seconds"]:.4f}'
+      lines.append(f'| {kind} | {gamma} | {batch[2:]} | {pr[f"c_{kind}_proposal"]:.4f} | {one} | '
+                   f'{pr["c_t5_small_step"]:.4f} | {per_call[kind]:.2f}, '
+                   f'{per_call[f"t5_small gamma {gamma}"]:.2f} | {pr[f"{kind} speedup"]:.2f} | '
+                   f'{pr[f"t5_small gamma {gamma} speedup"]:.2f} |')
+  return '\n'.join(lines) + '\n'
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
   p.add_argument('--json', required=True, help='write the costs and predictions here')
+  p.add_argument('--markdown', help=f'write the "{SECTION}" section into this file (from '
+                 'every docs/tpu_KIND_cost.json there is)')
+  p.add_argument('--render', action='store_true', help='only write --markdown (no compile)')
   p.add_argument('--kind', choices=('medusa', 'eagle'), default='medusa')
   p.add_argument('--gamma', type=int, default=4, help='G, the chain\'s drafts (Medusa: K '
                  'heads)')
@@ -119,6 +162,21 @@ def main(argv=None) -> int:
                       'written by scripts/KIND_heads.py): the tokens per call of their '
                       'chain of G and demo_draft\'s on EnDe, greedy')
   args = p.parse_args(argv)
+  if not args.render:
+    compute(args)
+  if args.markdown:
+    results = {}
+    for kind in ('eagle', 'medusa'):
+      path = os.path.join(DOCS, f'tpu_{kind}_cost.json')
+      if os.path.exists(path):
+        with open(path, encoding='utf-8') as f:
+          results[kind] = json.load(f)
+    report_sections.write_section(args.markdown, SECTION, section(results))
+  return 0
+
+
+def compute(args) -> None:
+  """Compiles, costs and predicts; writes --json."""
   with open(args.measured or f'docs/{args.kind}_heads.json', encoding='utf-8') as f:
     rows = json.load(f)['rows']
   pick = lambda kind: next(r['tokens_per_call'] for r in rows if r['task'] == 'ende' and
@@ -133,7 +191,6 @@ def main(argv=None) -> int:
     print(json.dumps(result[f'B={batch}']), file=sys.stderr, flush=True)
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump({'tokens_per_call': per_call, **result}, f, indent=1)
-  return 0
 
 
 if __name__ == '__main__':

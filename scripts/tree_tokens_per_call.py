@@ -36,6 +36,7 @@ if FAST_COMPILE:  # before JAX is imported: hardware-free counts only
                                ' --xla_cpu_use_fusion_emitters=false').strip()
 
 import jax  # pylint: disable=wrong-import-position
+import report_sections  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
 import specjax  # pylint: disable=wrong-import-position
@@ -369,14 +370,8 @@ def checks(result: dict) -> list:
 
 
 def write_section(path: str, text: str) -> None:
-  """Puts `text` in place of the file's "## Token trees" section, or at its end."""
-  p = pathlib.Path(path)
-  old = p.read_text() if p.exists() else ''
-  at = old.find('\n' + SECTION + '\n')
-  if at >= 0:
-    end = old.find('\n## ', at + 1)
-    old = old[:at + 1] + (old[end + 1:] if end >= 0 else '')
-  p.write_text(old.rstrip('\n') + '\n\n' + text.rstrip('\n') + '\n')
+  """Puts `text` in place of the file's SECTION (default "## Token trees"), or at its end."""
+  report_sections.write_section(path, SECTION, text)
 
 
 def main(argv=None) -> int:

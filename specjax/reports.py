@@ -52,6 +52,24 @@ def write_text(path: str, text: str) -> None:
       os.fsync(f.fileno())  # on disk before the rename makes it the file
 
 
+def kept_sections(path: str, titles) -> str:
+  """The sections of the report already at `path` whose titles ('## ...') are in
+  `titles`, each to the next '## ' ('' when none or no file): what other generators wrote
+  into a report, for its own generator to append when it rewrites the report."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      old = f.read()
+  except OSError:
+    return ''
+  out = ''
+  for title in titles:
+    at = old.find('\n' + title + '\n')
+    if at >= 0:
+      end = old.find('\n## ', at + 1)
+      out += '\n' + old[at + 1:end + 1 if end >= 0 else len(old)].rstrip('\n') + '\n'
+  return out
+
+
 def write_json(path: str, data: Any) -> None:
   """Writes `data` as indented JSON to `path`, whole or not at all (`write_text`)."""
   write_text(path, json.dumps(data, indent=1) + '\n')

@@ -103,3 +103,17 @@ def test_bench_errors_name_the_flag(tmp_path, capsys):
   assert bench_cli.main(['--quick', '--plot', str(tmp_path)]) == 2
   assert capsys.readouterr().err.strip() == (
       f'error: --plot {tmp_path}: is a directory; name a file')
+
+
+def test_kept_sections_are_the_named_ones_whole_in_the_order_asked(tmp_path):
+  """What a report's generator appends when it rewrites the report: the sections other
+  scripts wrote (the TPU speed report keeps the hidden-state drafts' section)."""
+  from specjax.speed import cli as speed_cli  # pylint: disable=import-outside-toplevel
+  path = tmp_path / 'r.md'
+  assert reports.kept_sections(str(path), ('## K',)) == ''  # no file yet
+  path.write_text('# R\n\n## A\na\n\n## K\nk 1\nk 2\n\n## B\nb\n\n## L\nl\n')
+  assert reports.kept_sections(str(path), ('## L', '## K', '## M')) == (
+      '\n## L\nl\n\n## K\nk 1\nk 2\n')
+  title = speed_cli.KEPT[0]
+  path.write_text(f'# R\n\n## 8. Trees\nt\n\n{title}\nheads\n')
+  assert reports.kept_sections(str(path), speed_cli.KEPT) == f'\n{title}\nheads\n'

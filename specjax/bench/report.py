@@ -252,18 +252,7 @@ KEPT = ('## Token trees', '## Trees of the copy and bigram proposers',
 
 def kept_section(path: str) -> str:
   """The KEPT sections of the report already at `path` ('' when none), to append."""
-  try:
-    with open(path, encoding='utf-8') as f:
-      old = f.read()
-  except OSError:
-    return ''
-  out = ''
-  for title in KEPT:
-    at = old.find('\n' + title + '\n')
-    if at >= 0:
-      end = old.find('\n## ', at + 1)
-      out += '\n' + old[at + 1:end + 1 if end >= 0 else len(old)].rstrip('\n') + '\n'
-  return out
+  return reports.kept_sections(path, KEPT)
 
 
 _VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'threshold_rule', 'gamma',
