@@ -23,7 +23,7 @@ import medusa_heads  # pylint: disable=wrong-import-position  # sets XLA flags
 import proposer_trees  # pylint: disable=wrong-import-position
 
 SECTION = '## EAGLE heads'
-SHAPES = ['chain 2', 'chain 3', 'chain 4', 'chain 5', 'chain 6', '2,2,1', '2,2,2,1',
+SHAPES = ['chain 2', 'chain 3', 'chain 4', 'chain 6', '2,2,1', '2,2,2,1',
           'dynamic:16:4:4', 'dynamic:16:6:4', 'dynamic:16:8:4']
 
 
@@ -52,14 +52,15 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
     best = lambda kind, chain: max(
         (r for r in greedy if (r['proposer'] == 'eagle') == (kind == 'eagle')
          and r['shape'].startswith('chain') == chain), key=lambda r: r['tokens_per_call'])
-    tree16 = max((r for r in greedy if r['proposer'] == 'eagle' and r['nodes'] == 16),
-                 key=lambda r: r['tokens_per_call'])
-    model = best('model', True)
-    lines.append(f'- {task}, T=0: the head\'s best 16-node tree {tree16["shape"]} '
-                 f'{tree16["tokens_per_call"]:.2f} tokens per call, its best chain '
-                 f'{best("eagle", True)["shape"]} {best("eagle", True)["tokens_per_call"]:.2f}, '
-                 f'against the draft model\'s best chain {model["shape"]} '
-                 f'{model["tokens_per_call"]:.2f}.')
+    tree16 = lambda kind: max(
+        (r for r in greedy if (r['proposer'] == 'eagle') == (kind == 'eagle')
+         and r['nodes'] == 16 and not r['shape'].startswith('chain')),
+        key=lambda r: r['tokens_per_call'])
+    name = lambda r: f'({r["shape"]}) {r["tokens_per_call"]:.2f}'
+    lines.append(f'- {task}, T=0: the head\'s best 16-node tree {name(tree16("eagle"))} '
+                 f'tokens per call and its best chain {name(best("eagle", True))}, against '
+                 f'the draft model\'s {name(tree16("model"))} and '
+                 f'{name(best("model", True))}.')
   tpu = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs',
                      'tpu_eagle_cost.json')
   if os.path.exists(tpu):
