@@ -67,7 +67,11 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'beside the draft it started from. Tokens per target call (hardware-free) and '
            'alpha of the best chain and the best tree of each; c is the same for both (one '
            'architecture). Every greedy row was identical to the target alone '
-           '(`identical_to_target` in the JSON).', '']
+           '(`identical_to_target` in the JSON). Both bundled drafts learned the target\'s '
+           'own outputs already (their MODEL_CARD.md: KL from the target plus '
+           'cross-entropy on its greedy token, on more inputs than these), so distilling '
+           'them again changes alpha by less than 0.01: the method pays for a draft that '
+           'learned references.', '']
   lines += medusa_heads.table(rows, tasks) + ['']
   for task, info in tasks.items():
     meta = info['heads']
