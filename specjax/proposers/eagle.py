@@ -22,8 +22,10 @@ from them already); the root's output drafts the first token.
 State (per row, laid out like a cache: 'batch' and 'length' axes): the head's
 self-attention K/V {'k', 'v': [B, N, Hd, T]} and the feature buffer 'feat' [B, H, T]
 (feat[.., t] the target's f[t] at committed positions, the head's g above them). A row
-with nothing yet (the first call after its prompt, a refilled row) reads zeros, whatever
-it held before, so that sampled outputs do not depend on the batch or the refill.
+starts from a zero feature before its first token (the first call after its prompt, a
+refilled row); what the buffer and the cache hold above a row's committed positions is
+never read before it is written, so sampled outputs do not depend on the batch or the
+refill (a mesh test compares refilled rows with rows decoded at once).
 
 Exact like any proposer: a chain draws each token from the head's warped distribution
 (q), a tree's several children per node are point masses; the target's verify decides.
