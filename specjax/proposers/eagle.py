@@ -201,6 +201,10 @@ class EagleHead(OfTarget):
     """A chain of cfg.gamma drafts, or the tree cfg.tree (static or dynamic)."""
     del active
     depth = cfg.tree.depth_count if cfg.tree is not None else cfg.gamma
+    # The head's params in the compute dtype once per proposal, not in each of its calls
+    # (`run` casts them again, a no-op then).
+    dtype = jnp.dtype(self.target.config.dtype)
+    params = {**params, 'own': jax.tree.map(lambda a: a.astype(dtype), params['own'])}
     root_logits, state = self.catch_up(params, encoded, state, seq, pos, depth)
     scorer = proposal_lib.Scorer(self._scores(params, encoded, root_logits))
     if cfg.tree is not None:
