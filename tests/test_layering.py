@@ -6,11 +6,12 @@ Low to high (docs/design.md says what each part holds):
      reports, interrupt     command-line flags derived from a config's fields; where
                             generated documents are written, and how; Ctrl-C's one line
   1. core, checkpoints       the decode (a mesh's rules from parallel); weights into models
-  2. demo, speed, t5x,       bundled pairs' data; costs and plans; the decode inside T5X;
-     proposers              the drafts that are not models (copy, bigram, copy + model)
+  2. demo, speed,            bundled pairs' data; costs and plans; the drafts that are not
+     proposers              models (copy, bigram, copy + model, heads on the target)
   3. tasks, drafting         seqio tasks over the bundled corpora; drafts trained from the
-                            target (Medusa heads: data, training, checkpoints)
-  4. job                     what `python -m specjax.decode` runs
+                            target (Medusa and EAGLE heads: data, training, checkpoints)
+  4. job, t5x                what `python -m specjax.decode` runs; the decode inside T5X
+                            (any draft kind, trained heads included)
   5. bench                   `python -m specjax.bench`, which runs the job's decodes
   6. the entry points        decode, evaluate, plan (with plan_sections), train_draft, the
                             package's API
@@ -26,9 +27,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'specjax'
 LAYERS = (
     ('models', 'parallel', 'flags', 'reports', 'interrupt'),
     ('core', 'checkpoints'),
-    ('demo', 'speed', 't5x', 'proposers'),
+    ('demo', 'speed', 'proposers'),
     ('tasks', 'drafting'),
-    ('job',),
+    ('job', 't5x'),
     ('bench',),
     ('decode', 'evaluate', 'plan', 'train_draft', '__init__'),
 )

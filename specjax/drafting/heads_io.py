@@ -11,8 +11,12 @@ import jax
 import jax.numpy as jnp
 
 from specjax.checkpoints import loader
+from specjax.proposers.eagle import EagleHead
+from specjax.proposers.medusa import MedusaHeads
 
 META_FILE = 'draft.json'
+# The kinds of heads on the target's hidden states (a distilled draft model is a model).
+HEAD_KINDS = ('medusa', 'eagle')
 
 
 def save_heads(path: str, params: dict, meta: dict, config=None) -> str:
@@ -45,3 +49,40 @@ def load_heads(path: str) -> Tuple[dict, dict]:
   with open(meta_path, encoding='utf-8') as f:
     meta = json.load(f)
   return meta, loader.load_params_orbax(path)
+
+
+def heads_kind(path: str):
+  """'medusa' or 'eagle' where `path` holds heads that `save_heads` wrote, else None (a
+  model's checkpoint, a distilled draft model's included)."""
+  try:
+    with open(os.path.join(path, META_FILE), encoding='utf-8') as f:
+      kind = json.load(f).get('kind')
+  except (OSError, ValueError, AttributeError):
+    return None
+  return kind if kind in HEAD_KINDS else None
+
+
+def heads_for(meta: dict, target, path: str, kind: str):
+  """The proposer (MedusaHeads or EagleHead) of heads described by `meta` (their
+  draft.json), checked against the target's sizes.
+
+  Args:
+    meta: the heads' draft.json; target: the target model; path: where they are (named in
+      errors); kind: the kind asked for ('medusa' or 'eagle').
+
+  Raises:
+    ValueError: heads of another kind or for another hidden width or vocabulary; an EAGLE
+      head for a target that is not a T5 (one line each).
+  """
+  if meta.get('kind') != kind:
+    raise ValueError(f'{path} holds a {meta.get("kind")} draft, not {kind} heads; pass '
+                     f'--draft {meta.get("kind")}:{path}')
+  width, vocab = target.config.emb_dim, target.vocab_size
+  if (meta['hidden'], meta['vocab_size']) != (width, vocab):
+    raise ValueError(f'the {kind} heads at {path} were trained for {meta["target"]} (hidden '
+                     f'{meta["hidden"]}, {meta["vocab_size"]} logits), not this target '
+                     f'(hidden {width}, {vocab} logits); train heads for it with python -m '
+                     'specjax.train_draft')
+  if kind == 'eagle':
+    return EagleHead(target)
+  return MedusaHeads(target, int(meta['num_heads']))

@@ -21,10 +21,8 @@ from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
 from specjax.drafting import heads_io
 from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
-from specjax.proposers.eagle import EagleHead
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
-from specjax.proposers.medusa import MedusaHeads
 
 # The bigram table of each registry target that ships one.
 DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
@@ -93,19 +91,7 @@ def trained_heads(path: str, target, kind: str = MEDUSA):
       head for a target that is not a T5.
   """
   meta, params = heads_io.load_heads(path)
-  if meta.get('kind') != kind:
-    raise ValueError(f'{path} holds a {meta.get("kind")} draft, not {kind} heads; pass '
-                     f'--draft {meta.get("kind")}:{path}')
-  width, vocab = target.config.emb_dim, target.vocab_size
-  if (meta['hidden'], meta['vocab_size']) != (width, vocab):
-    raise ValueError(f'the {kind} heads at {path} were trained for {meta["target"]} (hidden '
-                     f'{meta["hidden"]}, {meta["vocab_size"]} logits), not this target '
-                     f'(hidden {width}, {vocab} logits); train heads for it with python -m '
-                     'specjax.train_draft')
-  if kind == EAGLE:
-    return EagleHead(target), params
-  return MedusaHeads(target, int(meta['num_heads'])), params
-
+  return heads_io.heads_for(meta, target, path, kind), params
 
 
 def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str], Tuple],

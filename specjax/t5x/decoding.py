@@ -151,6 +151,7 @@ def predict(target, target_params: PyTree, draft, draft_params: PyTree, inputs: 
 
 
 def split_params(params: PyTree, draft_key: str) -> Tuple[PyTree, PyTree]:
-  """(target params, draft params) of a T5X params tree holding the draft under a key."""
+  """(target params, draft params) of a T5X params tree holding the draft under a key ({}
+  where the draft has no params of its own: layer-skip)."""
   target = {k: v for k, v in params.items() if k != draft_key}
-  return target, params[draft_key]
+  return target, params.get(draft_key, {})

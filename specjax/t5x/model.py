@@ -6,7 +6,9 @@ of t5x/contrib/calm) and runs specjax's decode on T5X's own params: a T5X T5 (th
 network, or flaxformer's unscanned T5 1.1) has exactly the param tree of
 `specjax.models.t5.T5`. The draft's params live in the same tree under `DRAFT_KEY`, so
 T5X's partitioner shards them with its rules; `specjax.t5x.restore.fill_draft` fills them
-from the draft's checkpoint when a target-only checkpoint is restored. Training, scoring
+from the draft's checkpoint when a target-only checkpoint is restored. The draft is a
+model, trained heads on the target's hidden states (EAGLE, Medusa) or the target's own
+first layers (`specjax.t5x.draft_kind`). Training, scoring
 and evaluation losses are the parent's, on the target alone. Shape letters: B examples,
 N decodes per example, S input length, L decoder length.
 """
@@ -27,7 +29,8 @@ from specjax import checkpoints
 from specjax.core import api
 from specjax.core.rule import VerificationRule
 from specjax.models.t5 import T5
-from specjax.t5x import decode_settings, decoding, restore, run_stats
+from specjax.t5x import decode_settings, decoding, draft_kind as draft_kinds
+from specjax.t5x import restore, run_stats
 
 PyTree = Any
 DRAFT_KEY = restore.DRAFT_KEY
@@ -96,8 +99,12 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     draft_module: the draft's T5X network module (gin-configured like the target's); None
       builds a specjax T5 of the draft checkpoint's architecture instead.
     draft_checkpoint_path: the draft's checkpoint (T5X msgpack + zarr or Orbax, Hugging
-      Face, specjax), read when T5X restores a checkpoint without the draft
-      (`specjax.t5x.restore.fill_draft`) and, without draft_module, for its shapes.
+      Face, specjax), or the directory of trained heads, read when T5X restores a
+      checkpoint without the draft (`specjax.t5x.restore.fill_draft`) and, without
+      draft_module, for its shapes.
+    draft_kind: 'model' (a draft model), 'eagle' or 'medusa' (heads that `python -m
+      specjax.train_draft` trained, at draft_checkpoint_path), or 'layerskip:M' (the
+      target's first M decoder layers: no module, no checkpoint); `--draft`'s names.
     gamma: draft tokens per target call.
     temperature, topk, topp, max_decode_steps: the sampling defaults, T5X's conventions
       (temperature at most 1e-4 is greedy; topk 1, temperature_sample's default, is the
@@ -123,16 +130,17 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                topk: Optional[int] = None, topp: Optional[float] = None,
                max_decode_steps: Optional[int] = None, verification: str = 'token',
                draft_threshold: float = 0.0, threshold_rule: str = 'token',
-               lenience: float = 1.0, tree=None, t5x_rounding: bool = True):
+               lenience: float = 1.0, tree=None, t5x_rounding: bool = True,
+               draft_kind: str = draft_kinds.MODEL):
     super().__init__(module, input_vocabulary, output_vocabulary, optimizer_def,
                      decode_fn=decode_fn, feature_converter_cls=feature_converter_cls,
                      label_smoothing=label_smoothing, z_loss=z_loss,
                      loss_normalizing_factor=loss_normalizing_factor,
                      default_decoder_params=default_decoder_params)
-    if draft_module is None and draft_checkpoint_path is None:
-      raise ValueError('SpeculativeEncoderDecoderModel needs a draft: set '
-                       'draft_checkpoint_path (DRAFT_CHECKPOINT_PATH in gin) or draft_module')
     # Everything is checked here, when gin builds the model, before any restore.
+    self.draft_kind = draft_kinds.parse(
+        draft_kind, draft_module, draft_checkpoint_path,
+        getattr(getattr(module, 'config', None), 'num_decoder_layers', None))
     if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
       raise ValueError(f'GAMMA (speculative.from_model.gamma) must be an integer >= 1 (draft '
                        f'tokens per target call), got {gamma!r}')
@@ -155,7 +163,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     settings.update({k: v for k, v in given.items() if v is not None})
     self.max_decode_steps = settings.pop('max_decode_steps')
     self.sampling_defaults = settings
-    if draft_module is None:
+    if self.draft_kind.name == draft_kinds.MODEL and draft_module is None:
       try:  # the draft's architecture, and a bad path fails now, not after the restore
         restore.read_draft(draft_checkpoint_path)
       except (ValueError, FileNotFoundError, OSError) as e:
@@ -169,8 +177,12 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
 
   # ------------------------------------------------------------------- params and models
 
-  def _draft_variables(self, rng, input_shapes, input_types) -> Mapping[str, PyTree]:
+  def _draft_variables(self, rng, input_shapes, input_types,
+                       target_params: PyTree) -> Mapping[str, PyTree]:
     """The draft's initial {'params', 'params_axes'}."""
+    if self.draft_kind.name != draft_kinds.MODEL:  # heads: their shapes follow the target's
+      heads = self.draft_kind.proposer(specjax_t5(self.module, target_params))
+      return {'params': heads.init(rng), 'params_axes': axes_collection(heads.param_axes())}
     if self.draft_module is not None:
       plain = models.EncoderDecoderModel(self.draft_module, self.input_vocabulary,
                                          self.output_vocabulary, optimizer_def=None)
@@ -180,19 +192,26 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     return {'params': draft.init(rng), 'params_axes': axes_collection(draft.param_axes())}
 
   def get_initial_variables(self, rng, input_shapes, input_types=None):
-    """The target's initial variables with the draft's added under `DRAFT_KEY`."""
+    """The target's initial variables with the draft's added under `DRAFT_KEY` (none for a
+    layer-skip draft, which reads the target's)."""
     variables = flax.core.unfreeze(super().get_initial_variables(rng, input_shapes,
                                                                  input_types))
-    draft = self._draft_variables(jax.random.fold_in(rng, 1), input_shapes, input_types)
+    if not self.draft_kind.has_params:
+      return flax.core.freeze(variables)
+    draft = self._draft_variables(jax.random.fold_in(rng, 1), input_shapes, input_types,
+                                  variables['params'])
     variables['params'][DRAFT_KEY] = draft['params']
     if 'params_axes' in variables:
       variables['params_axes'][DRAFT_KEY] = draft['params_axes']
     return flax.core.freeze(variables)
 
-  def specjax_models(self, params: PyTree) -> Tuple[T5, T5]:
-    """(target, draft) as specjax T5 models, from the shapes of a params tree."""
+  def specjax_models(self, params: PyTree) -> Tuple[T5, Any]:
+    """(target, draft) from the shapes of a params tree: specjax T5 models, or the target
+    and the proposer that drafts from it (heads, layer-skip)."""
     target_params, draft_params = decoding.split_params(params, DRAFT_KEY)
     target = specjax_t5(self.module, target_params, self.t5x_rounding)
+    if self.draft_kind.name != draft_kinds.MODEL:
+      return target, self.draft_kind.proposer(target)
     if self.draft_module is not None:
       draft = specjax_t5(self.draft_module, draft_params, self.t5x_rounding)
     else:  # the draft computes in the target's activation dtype
@@ -285,7 +304,8 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
                topp: Optional[float] = None, max_decode_steps: Optional[int] = None,
                verification: str = 'token', draft_threshold: float = 0.0,
                threshold_rule: str = 'token', lenience: float = 1.0, tree=None,
-               t5x_rounding: bool = True) -> SpeculativeEncoderDecoderModel:
+               t5x_rounding: bool = True,
+               draft_kind: str = draft_kinds.MODEL) -> SpeculativeEncoderDecoderModel:
   """The speculative version of a configured EncoderDecoderModel: the same module,
   vocabularies, optimizer, losses, feature converter and default decoder params (what
   `specjax/t5x/configs/speculative.gin` wraps any T5 model gin's MODEL with).
@@ -294,7 +314,7 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
     model: the target's EncoderDecoderModel, as its gin file builds it.
     draft_module, draft_checkpoint_path, gamma, temperature, topk, topp,
       max_decode_steps, verification, draft_threshold, threshold_rule, lenience, tree,
-      t5x_rounding: as
+      t5x_rounding, draft_kind: as
       SpeculativeEncoderDecoderModel (None: the model's own temperature_sample setting).
 
   Raises:
@@ -312,4 +332,4 @@ def from_model(model: models.EncoderDecoderModel, *, draft_module=None,
       temperature=temperature, topk=topk, topp=topp, max_decode_steps=max_decode_steps,
       verification=verification,
       draft_threshold=draft_threshold, threshold_rule=threshold_rule, lenience=lenience,
-      tree=tree, t5x_rounding=t5x_rounding)
+      tree=tree, t5x_rounding=t5x_rounding, draft_kind=draft_kind)

@@ -5,18 +5,20 @@ so that T5X's partitioner shards them with its rules. A T5X checkpoint of the ta
 such key; `fill_draft` is a T5X `RestoreStateTransformationFn` (set through gin on
 `utils.RestoreCheckpointConfig.state_transformation_fns`) that adds the draft's arrays,
 read with `specjax.load_model` from any format it reads (T5X msgpack + zarr, T5X Orbax,
-Hugging Face, specjax), before T5X reads the rest. Imports no t5x.
+Hugging Face, specjax), or the heads that `python -m specjax.train_draft` wrote (EAGLE,
+Medusa), before T5X reads the rest. Imports no t5x.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import jax
 import numpy as np
 
 from specjax import checkpoints
 from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS
+from specjax.drafting import heads_io
 from specjax.models.t5_config import T5Config
 
 PyTree = Any
@@ -37,11 +39,32 @@ def read_draft(path: str) -> Tuple[T5Config, PyTree]:
   return model.config, jax.tree.map(np.asarray, jax.device_get(params))
 
 
-def fill_draft(draft_checkpoint_path: str) -> Callable[..., PyTree]:
+@functools.lru_cache(maxsize=4)
+def read_heads(path: str) -> Tuple[dict, PyTree]:
+  """(meta, params as host numpy float32) of heads `python -m specjax.train_draft` wrote
+  (stored in bfloat16; float32 as the model's initial params are), read once per process.
+
+  Raises:
+    FileNotFoundError: no trained heads at `path` (names the tool).
+  """
+  meta, params = heads_io.load_heads(path)
+  return meta, jax.tree.map(lambda a: np.asarray(a, np.float32), jax.device_get(params))
+
+
+def draft_params(path: str) -> PyTree:
+  """The draft's params at `path`: trained heads, or a model's checkpoint."""
+  if heads_io.heads_kind(path) is not None:
+    return read_heads(path)[1]
+  return read_draft(path)[1]
+
+
+def fill_draft(draft_checkpoint_path: Optional[str]) -> Callable[..., PyTree]:
   """A T5X restore transformation that adds the draft's params where a checkpoint has none.
 
   Args:
-    draft_checkpoint_path: the draft's checkpoint (any format `specjax.load_model` reads).
+    draft_checkpoint_path: the draft's checkpoint (any format `specjax.load_model` reads),
+      or the heads `python -m specjax.train_draft` wrote; None (a layer-skip draft, whose
+      params are the target's) fills nothing.
 
   Returns:
     fn(state_dict, target_state_dict, *, is_resuming=False) -> state_dict: when the model
@@ -60,9 +83,9 @@ def fill_draft(draft_checkpoint_path: str) -> Callable[..., PyTree]:
     del is_resuming
     wanted = target_state_dict.get('target', {})
     have = state_dict.get('target', {})
-    if DRAFT_KEY not in wanted or DRAFT_KEY in have:
+    if DRAFT_KEY not in wanted or DRAFT_KEY in have or draft_checkpoint_path is None:
       return state_dict
-    _, params = read_draft(draft_checkpoint_path)
+    params = draft_params(draft_checkpoint_path)
     state_dict = dict(state_dict)
     state_dict['target'] = {**have, DRAFT_KEY: params}
     return state_dict

@@ -131,22 +131,6 @@ def test_from_model_keeps_the_configured_model_and_scores_the_target(model_and_p
   np.testing.assert_array_equal(own, theirs)
 
 
-def _restored(model, checkpoint, draft_path):
-  """T5X's own restore of a target checkpoint with specjax's draft hook."""
-  from t5x import partitioning, utils  # pylint: disable=import-outside-toplevel
-  from specjax.t5x import restore  # pylint: disable=import-outside-toplevel
-  partitioner = partitioning.PjitPartitioner(num_partitions=1)
-  shape, types = tiny_t5x.shapes(4, 8, 8)
-  init = utils.TrainStateInitializer(None, model.get_initial_variables, shape, partitioner,
-                                     types)
-  cfg = utils.RestoreCheckpointConfig(path=str(checkpoint), mode='specific', dtype='float32',
-                                      state_transformation_fns=[restore.fill_draft(
-                                          str(draft_path))])
-  state, _ = utils.create_checkpoint_manager_and_restore(init, partitioner, cfg, cfg.path,
-                                                         None, use_orbax=True)
-  return flax.core.unfreeze(state.params)
-
-
 def _assert_equal(a, b):
   flat_a, flat_b = (flax.traverse_util.flatten_dict(jax.device_get(t)) for t in (a, b))
   assert flat_a.keys() == flat_b.keys()
@@ -178,7 +162,7 @@ def test_restore_fills_the_draft_from_its_checkpoint(trained, tmp_path, layout):
     t5x_checkpoints.Checkpointer(state, partitioner, str(tmp_path)).save(state)
     checkpoint = tmp_path / 'checkpoint_0'
     assert (checkpoint / 'checkpoint').is_file()
-  params = _restored(model, checkpoint, trained['draft'])
+  params = tiny_t5x.restored(model, checkpoint, trained['draft'])
   _assert_equal(params['draft'], draft)
   _assert_equal(_target(params), target)
 

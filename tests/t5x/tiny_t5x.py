@@ -80,3 +80,20 @@ def inference_state(t5x_module, module_params):
       lambda: plain.get_initial_variables(jax.random.PRNGKey(0), shape, types)))
   variables['params'] = module_params
   return train_state_lib.InferenceState.create(variables)
+
+
+def restored(model, checkpoint, draft_path):
+  """T5X's own restore of a target checkpoint with specjax's draft hook (draft_path: what
+  DRAFT_CHECKPOINT_PATH names): the params, unfrozen."""
+  from t5x import partitioning, utils  # pylint: disable=import-outside-toplevel
+  from specjax.t5x import restore  # pylint: disable=import-outside-toplevel
+  partitioner = partitioning.PjitPartitioner(num_partitions=1)
+  shape, types = shapes(4, 8, 8)
+  init = utils.TrainStateInitializer(None, model.get_initial_variables, shape, partitioner,
+                                     types)
+  cfg = utils.RestoreCheckpointConfig(path=str(checkpoint), mode='specific', dtype='float32',
+                                      state_transformation_fns=[restore.fill_draft(
+                                          None if draft_path is None else str(draft_path))])
+  state, _ = utils.create_checkpoint_manager_and_restore(init, partitioner, cfg, cfg.path,
+                                                         None, use_orbax=True)
+  return flax.core.unfreeze(state.params)

@@ -59,18 +59,23 @@ def unsharded(setup):
   return {s: jax.device_get(jax.jit(_predict(model, s))(params, batch, RNG)) for s in SETTINGS}
 
 
+def _placed(model, params, partitioner):
+  """(the params' T5X partition axes, the params placed by them)."""
+  shapes, types = tiny_t5x.shapes(B, S, L)
+  init = utils.TrainStateInitializer(None, model.get_initial_variables, shapes, partitioner,
+                                     types)
+  axes = init.train_state_axes.params
+  return axes, partitioner.partition(lambda p: p, in_axis_resources=None,
+                                     out_axis_resources=axes)(params)
+
+
 @pytest.mark.parametrize('num_partitions', [2, 4])
 @pytest.mark.parametrize('setting', list(SETTINGS))
 def test_partitioned_equals_unsharded(setup, unsharded, num_partitions, setting):
   model, params, batch = setup
   partitioner = MeshPartitioner(num_partitions)
   assert dict(partitioner.mesh.shape) == {'data': 8 // num_partitions, 'model': num_partitions}
-  shapes, types = tiny_t5x.shapes(B, S, L)
-  init = utils.TrainStateInitializer(None, model.get_initial_variables, shapes, partitioner,
-                                     types)
-  axes = init.train_state_axes.params
-  placed = partitioner.partition(lambda p: p, in_axis_resources=None,
-                                 out_axis_resources=axes)(params)
+  axes, placed = _placed(model, params, partitioner)
   draft_logits = placed['draft']['decoder']['logits_dense']['kernel']
   assert 'model' in tuple(draft_logits.sharding.spec)  # the draft is sharded by T5X's rules
   assert len(draft_logits.sharding.device_set) == 8
@@ -83,3 +88,57 @@ def test_partitioned_equals_unsharded(setup, unsharded, num_partitions, setting)
   np.testing.assert_allclose(aux['scores'], ref_aux['scores'], atol=1e-5)
   np.testing.assert_array_equal(aux['target_calls'], ref_aux['target_calls'])
   assert decodes.shape == (B, SETTINGS[setting][0], L)
+
+
+@pytest.fixture(scope='module')
+def heads_setup(setup, tmp_path_factory):
+  """The tiny target's params with an EAGLE head (from its last layer) and two random
+  Medusa heads, written as train_draft writes them: {kind: (model, params)}."""
+  from specjax.drafting import heads_io  # pylint: disable=import-outside-toplevel
+  from specjax.proposers.eagle import EagleHead  # pylint: disable=import-outside-toplevel
+  from specjax.proposers.medusa import MedusaHeads  # pylint: disable=import-outside-toplevel
+  from specjax.t5x import model as speculative  # pylint: disable=import-outside-toplevel
+  from specjax.t5x import restore  # pylint: disable=import-outside-toplevel
+  model, params, _ = setup
+  target_params = {k: v for k, v in flax.core.unfreeze(params).items() if k != 'draft'}
+  target, _ = model.specjax_models(params)
+  root = tmp_path_factory.mktemp('heads')
+  sizes = {'target': 'tiny', 'hidden': target.config.emb_dim,
+           'vocab_size': target.vocab_size}
+  written = {
+      'eagle': (EagleHead(target).from_target(target_params), {'layers': 1}),
+      'medusa': (MedusaHeads(target, 2).init(jax.random.PRNGKey(1), scale=1.0),
+                 {'num_heads': 2})}
+  out = {}
+  for kind, (heads, extra) in written.items():
+    path = heads_io.save_heads(str(root / kind), heads, {'kind': kind, **sizes, **extra})
+    built = speculative.SpeculativeEncoderDecoderModel(
+        tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_kind=kind,
+        draft_checkpoint_path=path, gamma=2)
+    out[kind] = built, flax.core.freeze({**target_params,
+                                         'draft': restore.read_heads(path)[1]})
+  return out
+
+
+@pytest.mark.parametrize('setting', list(SETTINGS))
+@pytest.mark.parametrize('kind, sharded', [('eagle', ('layer', 'mlp', 'wo', 'kernel')),
+                                           ('medusa', ('w',))])
+def test_partitioned_heads_equal_unsharded(heads_setup, setup, kind, sharded, setting):
+  """Trained heads (DRAFT_KIND 'eagle', 'medusa') under T5X's partitioner: their params,
+  whose logical axes include None, are sharded by T5X's rules, and the decodes equal the
+  unsharded ones."""
+  model, params = heads_setup[kind]
+  batch = setup[2]
+  ref_decodes, ref_aux = jax.device_get(jax.jit(_predict(model, setting))(params, batch, RNG))
+  partitioner = MeshPartitioner(2)
+  axes, placed = _placed(model, params, partitioner)
+  leaf = placed['draft']
+  for key in sharded:
+    leaf = leaf[key]
+  assert 'model' in tuple(leaf.sharding.spec)  # sharded by T5X's rules
+  predict = partitioner.partition(
+      _predict(model, setting), in_axis_resources=(axes, partitioner.data_partition_spec, None),
+      out_axis_resources=None)
+  decodes, aux = jax.device_get(predict(placed, batch, RNG))
+  np.testing.assert_array_equal(decodes, ref_decodes)
+  np.testing.assert_array_equal(aux['target_calls'], ref_aux['target_calls'])
