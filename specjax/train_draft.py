@@ -8,10 +8,13 @@ what the target says, not a reference), then the draft learns on the target's ow
 states: K Medusa heads the tokens 1..K past each position (--kind medusa), or an EAGLE
 head the target's next hidden state from its last one and the next token (--kind eagle);
 or a draft model is fine-tuned on the target's distributions (--kind distill, DistillSpec:
-the forward KL divergence from the target's next-token distribution).
+the forward KL divergence from the target's next-token distribution), or the early exit of
+the target's first --layers decoder layers is (--kind layerskip: a copy of the final norm
+and output projection, by the same divergence).
 The decodes and checkpoints live in --workdir: a killed run, rerun with the same flags,
 resumes with nothing lost. The heads go to --output (bfloat16, with draft.json);
-`python -m specjax.decode --draft medusa:PATH` (eagle:PATH; a distilled draft: PATH)
+`python -m specjax.decode --draft medusa:PATH` (eagle:PATH, layerskip:PATH; a distilled
+draft: PATH)
 decodes with them, exactly as the target alone would.
 """
 from __future__ import annotations
@@ -32,7 +35,7 @@ import json
 from specjax import flags
 from specjax.checkpoints.registry import BUNDLED, bundled
 from specjax.drafting import data as data_lib
-from specjax.drafting import distill, eagle, fit, heads_io, medusa
+from specjax.drafting import distill, eagle, early_exit, fit, heads_io, medusa
 from specjax.drafting.config import TrainDraftConfig
 from specjax.job.config import DecodeConfig
 from specjax.job.inputs import tokenize
@@ -78,6 +81,10 @@ def run(cfg: TrainDraftConfig) -> dict:
                      f'it for --kind {cfg.kind}')
   draft_name = cfg.draft or next((f'{prefix}draft' for prefix in BUNDLED
                                   if cfg.target == f'{prefix}target'), None)
+  if (cfg.kind == 'layerskip') != (cfg.layers is not None):
+    raise ValueError('--layers M is the early exit\'s: pass --kind layerskip with --layers M '
+                     '(the target\'s first M decoder layers draft)' if cfg.kind == 'layerskip'
+                     else f'--layers is for --kind layerskip; drop it for --kind {cfg.kind}')
   if cfg.kind == 'distill' and draft_name is None:
     raise ValueError('--kind distill needs the draft model to distil: pass --draft NAME')
   job = DecodeConfig(target=cfg.target, target_checkpoint=cfg.target_checkpoint,
@@ -89,6 +96,8 @@ def run(cfg: TrainDraftConfig) -> dict:
     model = EagleHead(target)
   elif cfg.kind == 'medusa':
     model = MedusaHeads(target, cfg.heads)
+  elif cfg.kind == 'layerskip':
+    model = early_exit.EarlyExit(target, cfg.layers)
   else:
     model = distill.Distillation(target, draft)
   data = data_lib.target_decodes(target, tp, inputs, os.path.join(cfg.workdir, 'decodes'),
@@ -104,6 +113,11 @@ def run(cfg: TrainDraftConfig) -> dict:
     result = medusa.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
     sizes = {'num_heads': cfg.heads, 'hidden': model.width,
              'final_accuracy_per_head': result['accuracy']}
+  elif cfg.kind == 'layerskip':
+    result = early_exit.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
+    result['heads'] = result.pop('params')
+    sizes = {'layers': cfg.layers, 'hidden': target.config.emb_dim,
+             'final_accuracy': result['accuracy']}
   else:
     result = distill.train(model, tp, dp, data, cfg.workdir, settings,
                            progress=not cfg.quiet)
@@ -134,6 +148,12 @@ def main(argv=None) -> int:
             f'own decodes, {summary["steps"]} steps: KL {summary["final_loss"]:.3f}, '
             f'agreement with its argmax {summary["final_accuracy"]:.3f} -> '
             f'{summary["output"]} (--draft PATH decodes with it)')
+    elif summary['kind'] == 'layerskip':
+      print(f'An early exit for {summary["target"]}\'s first {summary["layers"]} decoder '
+            f'layers trained on {summary["examples"]} of its own decodes, {summary["steps"]} '
+            f'steps: KL {summary["final_loss"]:.3f}, agreement with its argmax '
+            f'{summary["final_accuracy"]:.3f} -> {summary["output"]} (--draft '
+            f'layerskip:PATH decodes with it)')
     elif summary['kind'] == 'eagle':
       acc = summary['final_accuracy']
       print(f'An EAGLE head for {summary["target"]} trained on {summary["examples"]} of its '

@@ -8,7 +8,7 @@ from specjax import train_draft
 
 
 def train_on_demo_lines(tmp_path, capsys, kind: str, steps: int, learning_rate: str,
-                        save_every: int, num: int = 24):
+                        save_every: int, num: int = 24, extra: tuple = ()):
   """(the input file, the command's arguments, its JSON summary) of a run that succeeded.
 
   Raises:
@@ -22,6 +22,6 @@ def train_on_demo_lines(tmp_path, capsys, kind: str, steps: int, learning_rate: 
   args = ['--kind', kind, '--input', str(src), '--workdir', str(tmp_path / 'run'),
           '--steps', str(steps), '--batch-size', '8', '--learning-rate', learning_rate,
           '--warmup-steps', '2', '--save-every', str(save_every), '--max-decode-len', '16',
-          '--quiet', '--json']
+          '--quiet', '--json', *extra]
   assert train_draft.main(args) == 0, capsys.readouterr().err
   return src, args, json.loads(capsys.readouterr().out.strip().splitlines()[-1])

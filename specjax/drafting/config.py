@@ -6,7 +6,7 @@ from typing import Optional
 
 from specjax.flags import flag
 
-KINDS = ('medusa', 'eagle', 'distill')
+KINDS = ('medusa', 'eagle', 'distill', 'layerskip')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,9 @@ class TrainDraftConfig:
                    'state (--draft medusa:PATH decodes with them); eagle, one decoder layer '
                    'that drafts the target\'s next hidden state (T5 targets; --draft '
                    'eagle:PATH); distill, the draft model --draft fine-tuned on the target\'s '
-                   'distributions (--draft PATH)', choices=KINDS)
+                   'distributions (--draft PATH); layerskip, an early exit (a copy of the '
+                   'final norm and output projection) for the target\'s first --layers '
+                   'decoder layers (--draft layerskip:PATH)', choices=KINDS)
   draft: Optional[str] = flag(None, 'the draft model to distil (--kind distill): registry '
                               'name or checkpoint directory (default: the bundled pair\'s, '
                               'demo_draft for demo_target)')
@@ -33,6 +35,8 @@ class TrainDraftConfig:
   max_decode_len: int = flag(48, 'the most tokens of each target decode')
   heads: int = flag(4, 'Medusa heads: head k proposes the token k past the last one '
                     '(--kind medusa)')
+  layers: Optional[int] = flag(None, 'the target\'s first M decoder layers that draft '
+                               '(--kind layerskip)')
   steps: int = flag(1000, 'optimizer steps')
   batch_size: int = flag(32, 'sequences per step')
   learning_rate: float = flag(1e-3, 'peak learning rate (Adam, warmup then cosine decay)')

@@ -62,6 +62,25 @@ def heads_kind(path: str):
   return kind if kind in HEAD_KINDS else None
 
 
+def check_meta(meta: dict, target, path: str, kind: str, named: str = '') -> None:
+  """Refuses a trained draft (its draft.json `meta`, at `path`) of another kind than `kind`
+  or for another hidden width or vocabulary than the target's.
+
+  Raises:
+    ValueError: one line naming the --draft that fits, or the tool that trains one.
+  """
+  named = named or f'{kind} heads'
+  if meta.get('kind') != kind:
+    raise ValueError(f'{path} holds a {meta.get("kind")} draft, not {named}; pass '
+                     f'--draft {meta.get("kind")}:{path}')
+  width, vocab = target.config.emb_dim, target.vocab_size
+  if (meta['hidden'], meta['vocab_size']) != (width, vocab):
+    raise ValueError(f'{path} holds {named} trained for {meta["target"]} (hidden '
+                     f'{meta["hidden"]}, {meta["vocab_size"]} logits), not for this target '
+                     f'(hidden {width}, {vocab} logits); train one for it with python -m '
+                     f'specjax.train_draft --kind {kind}')
+
+
 def heads_for(meta: dict, target, path: str, kind: str):
   """The proposer (MedusaHeads or EagleHead) of heads described by `meta` (their
   draft.json), checked against the target's sizes.
@@ -74,15 +93,7 @@ def heads_for(meta: dict, target, path: str, kind: str):
     ValueError: heads of another kind or for another hidden width or vocabulary; an EAGLE
       head for a target that is not a T5 (one line each).
   """
-  if meta.get('kind') != kind:
-    raise ValueError(f'{path} holds a {meta.get("kind")} draft, not {kind} heads; pass '
-                     f'--draft {meta.get("kind")}:{path}')
-  width, vocab = target.config.emb_dim, target.vocab_size
-  if (meta['hidden'], meta['vocab_size']) != (width, vocab):
-    raise ValueError(f'the {kind} heads at {path} were trained for {meta["target"]} (hidden '
-                     f'{meta["hidden"]}, {meta["vocab_size"]} logits), not this target '
-                     f'(hidden {width}, {vocab} logits); train heads for it with python -m '
-                     'specjax.train_draft')
+  check_meta(meta, target, path, kind)
   if kind == 'eagle':
     return EagleHead(target)
   return MedusaHeads(target, int(meta['num_heads']))

@@ -46,7 +46,8 @@ class DecodeConfig:
                     'bigram table (bundled for demo_target, else --draft-checkpoint '
                     'TABLE.npz); copy+NAME: copy where the output repeats the input, the '
                     'model NAME elsewhere; layerskip:M: the target\'s own first M decoder '
-                    'layers (no draft model); medusa:PATH: Medusa heads trained by python -m '
+                    'layers (no draft model; layerskip:PATH: with the early exit train_draft '
+                    '--kind layerskip trained); medusa:PATH: Medusa heads trained by python -m '
                     'specjax.train_draft (medusa: the ones bundled for demo_target and '
                     'manpages_target); eagle:PATH: an EAGLE head trained the same way, for T5 '
                     'targets (eagle: the bundled ones)')

@@ -6,6 +6,8 @@
   the demo pair);
 - `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere;
 - `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`);
+  `layerskip:PATH`: the same with the early exit `python -m specjax.train_draft --kind
+  layerskip` trained (M is its own);
 - `medusa:PATH`: Medusa heads on the target's hidden states (`specjax.proposers.medusa`),
   trained by `python -m specjax.train_draft`; `medusa`: the heads bundled for demo_target
   and manpages_target;
@@ -62,17 +64,24 @@ def model_name(spec: str) -> Optional[str]:
   return None if is_builtin(spec) else spec
 
 
-def layer_skip_layers(spec: str) -> int:
-  """M of 'layerskip:M'.
+def layer_skip(spec: str, target):
+  """(LayerSkip, params) of 'layerskip:M' ({}: the target's own exit) or 'layerskip:PATH'
+  (the exit trained at PATH, M its own).
 
   Raises:
-    ValueError: M is not a whole number (names the form).
+    ValueError: neither a whole number nor a directory (names the forms); M outside
+      1 .. L - 1; a PATH holding another kind of draft, or an exit for another target.
   """
-  m = spec[len(LAYER_SKIP):]
-  if not m.isdigit():
+  rest = spec[len(LAYER_SKIP):]
+  if rest.isdigit():
+    return LayerSkip(target, int(rest)), {}
+  if not os.path.isdir(rest):
     raise ValueError(f'--draft {spec}: pass layerskip:M, M the number of the target\'s '
-                     'decoder layers that draft (e.g. layerskip:2)')
-  return int(m)
+                     'decoder layers that draft (e.g. layerskip:2), or layerskip:PATH, an '
+                     'early exit trained by python -m specjax.train_draft --kind layerskip')
+  meta, params = heads_io.load_heads(rest)
+  heads_io.check_meta(meta, target, rest, 'layerskip', 'an early exit')
+  return LayerSkip(target, int(meta['layers']), trained_exit=True), params
 
 
 def copy_draft(target) -> CopyDraft:
@@ -99,7 +108,8 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
   """(draft, params) for a --draft spec.
 
   Args:
-    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'medusa[:PATH]', 'eagle[:PATH]',
+    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'layerskip:PATH', 'medusa[:PATH]',
+      'eagle[:PATH]',
       or a model NAME.
     target: the loaded target (vocabulary size and special ids).
     target_name: its --target (which bundled bigram table is its own).
@@ -120,7 +130,7 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
                        'scripts/build_bigram.py and pass --draft-checkpoint TABLE.npz')
     return load_table(path, target.vocab_size, target.eos_id, target.pad_id)
   if spec.startswith(LAYER_SKIP):
-    return LayerSkip(target, layer_skip_layers(spec)), {}
+    return layer_skip(spec, target)
   kind = trained_kind(spec)
   if kind is not None:
     path = spec[len(kind) + 1:] or TRAINED[kind].get(target_name)

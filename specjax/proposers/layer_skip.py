@@ -7,6 +7,11 @@ per input for the target), so a draft step costs m of the target's L decoder lay
 nothing runs twice per input. Its state is the KV cache of those m layers; it drafts chains
 and static or dynamic trees as a draft model does (`specjax.core.model_proposer`).
 
+With a trained early exit (`python -m specjax.train_draft --kind layerskip`), the draft
+closes its m layers with its own copy of the final norm and of the (untied) output
+projection instead of the target's: those are its only params, and every other weight it
+reads is still the target's.
+
 The verify is the target's as always, so the output is the target's own (greedy) or follows
 the target's distribution (sampled); m only trades the draft's cost against its acceptance.
 """
@@ -19,6 +24,38 @@ import jax
 
 from specjax.core import model_proposer
 from specjax.proposers.of_target import OfTarget
+
+
+# Where a target's exit sits in its params tree: the final norm and the output projection
+# (absent when the logits reuse the embedding), for T5 and for the decoder-only models.
+EXITS = (('decoder', 'decoder_norm'), ('decoder', 'logits_dense'), ('final_norm',),
+         ('lm_head',))
+
+
+def exit_params(tree: dict) -> dict:
+  """The exit's part of a target's params (or param axes) tree: the subtrees at EXITS
+  that it has, in the same nesting."""
+  out = {}
+  for path in EXITS:
+    node = tree
+    for key in path:
+      node = node.get(key) if isinstance(node, dict) else None
+    if node is not None:
+      parent = out
+      for key in path[:-1]:
+        parent = parent.setdefault(key, {})
+      parent[path[-1]] = node
+  return out
+
+
+def overlay(base: dict, top: dict) -> dict:
+  """`base` with the leaves of `top` (a tree of the same nesting) in place of its own."""
+  if not top:
+    return base
+  out = dict(base)
+  for key, value in top.items():
+    out[key] = overlay(base[key], value) if isinstance(value, dict) else value
+  return out
 
 
 def layer_count(model) -> int:
@@ -50,15 +87,18 @@ class LayerSkip(OfTarget):
   """The proposer of the target's first `layers` decoder layers.
 
   It reads the target (`reads_target`): the loop hands it params and encoding as
-  {'target': the target's, 'own': its own ({})}.
+  {'target': the target's, 'own': its own ({}, or a trained exit: `exit_params`' part of a
+  params tree, read in place of the target's)}.
 
   Attributes:
     target: the target model (the contract of `specjax.models.base.Model`).
     layers: M, 1 <= M < L.
+    trained_exit: whether its own params hold a trained exit.
   """
 
   target: Any
   layers: int
+  trained_exit: bool = False
 
   def __post_init__(self):
     truncated(self.target, self.layers)  # the range check, at construction
@@ -74,11 +114,11 @@ class LayerSkip(OfTarget):
     return self.model.config
 
   def init(self, rng: jax.Array) -> dict:
-    del rng
-    return {}
+    """{} without a trained exit; else a fresh target's exit."""
+    return exit_params(self.target.init(rng)) if self.trained_exit else {}
 
   def param_axes(self) -> dict:
-    return {}
+    return exit_params(self.target.param_axes()) if self.trained_exit else {}
 
   def init_cache(self, batch: int, max_len: int, dtype: Any = None):
     return self.model.init_cache(batch, max_len, dtype)
@@ -90,11 +130,16 @@ class LayerSkip(OfTarget):
     return model_proposer.ModelProposer(self.model)
 
   def prefill(self, params, encoded, state, prompt: jax.Array):
-    return self._drafter().prefill(params['target'], encoded['target'], state, prompt)
+    return self._drafter().prefill(_params(params), encoded['target'], state, prompt)
 
   def propose(self, params, encoded, state, seq, pos, keys, sampling, cfg, active=None):
-    return self._drafter().propose(params['target'], encoded['target'], state, seq, pos,
+    return self._drafter().propose(_params(params), encoded['target'], state, seq, pos,
                                    keys, sampling, cfg, active=active)
 
   def accepted(self, state, proposal, path, n, pos):
     return self._drafter().accepted(state, proposal, path, n, pos)
+
+
+def _params(params: dict) -> dict:
+  """The params the cut model drafts with: the target's, its own exit in place."""
+  return overlay(params['target'], params.get('own') or {})

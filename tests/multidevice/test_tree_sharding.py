@@ -21,7 +21,7 @@ from specjax.parallel import mesh as mesh_lib
 from specjax.proposers.bigram import BigramDraft, table_from_counts
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.eagle import EagleHead
-from specjax.proposers.layer_skip import LayerSkip
+from specjax.proposers.layer_skip import LayerSkip, exit_params
 from specjax.proposers.medusa import MedusaHeads
 
 MAX_LEN = 12
@@ -65,12 +65,14 @@ def test_tree_decode_on_a_mesh_with_refill_equals_unsharded(pair_and_inputs, ref
     np.testing.assert_array_equal(out.tokens, alone.tokens)
 
 
-@pytest.mark.parametrize('kind', ['copy', 'bigram', 'layerskip', 'medusa', 'eagle'])
+@pytest.mark.parametrize('kind', ['copy', 'bigram', 'layerskip', 'layerskip+exit', 'medusa',
+                                  'eagle'])
 def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_and_inputs,
                                                                           kind):
   """Sampled with refill on a 2x4 mesh: the copy's static tree of earlier matches, the
   bigram table's dynamic tree, the target's first decoder layer's static tree (layer-skip:
-  the target's params and encoding, sharded, are what it drafts with), Medusa heads' tree
+  the target's params and encoding, sharded, are what it drafts with; with an exit of its
+  own, sharded by the target's axes), Medusa heads' tree
   (the target's hidden states, sharded, are what they read), an EAGLE head's tree (its
   own cache and feature buffer, sharded like a cache); greedy rows of the same run stay
   the target's."""
@@ -80,6 +82,9 @@ def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_a
     draft, dp, shape = CopyDraft(vocab, eos_id=target.eos_id), {}, '3,1,1'
   elif kind == 'layerskip':
     draft, dp, shape = LayerSkip(target, 1), {}, '2,2,1'
+  elif kind == 'layerskip+exit':  # an exit of its own: the target's, perturbed
+    draft, shape = LayerSkip(target, 1, trained_exit=True), '2,2,1'
+    dp = jax.tree.map(lambda a: a * 1.5, exit_params(tp))
   elif kind == 'medusa':
     draft = MedusaHeads(target, 2)
     dp, shape = draft.init(jax.random.PRNGKey(2), scale=1.0), '2,1'

@@ -195,6 +195,6 @@ def test_heads_for_another_target_are_refused_in_one_line(setup, tmp_path):
   path = heads_io.save_heads(str(tmp_path / 'medusa8'), {'w': np.zeros((2, 8, 8)),
                                                         'b': np.zeros((2, 8))}, meta)
   model = _build('medusa', {'medusa': path})
-  with pytest.raises(ValueError, match=r'were trained for tiny \(hidden 8') as e:
+  with pytest.raises(ValueError, match=r'medusa heads trained for tiny \(hidden 8') as e:
     model.specjax_models(_params('layerskip:1', setup))
   assert '\n' not in str(e.value)
