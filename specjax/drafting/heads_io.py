@@ -17,6 +17,8 @@ from specjax.proposers.medusa import MedusaHeads
 META_FILE = 'draft.json'
 # The kinds of heads on the target's hidden states (a distilled draft model is a model).
 HEAD_KINDS = ('medusa', 'eagle')
+# What save_heads writes that is not a model: the heads, and layer-skip's early exit.
+NOT_MODELS = HEAD_KINDS + ('layerskip',)
 
 
 def save_heads(path: str, params: dict, meta: dict, config=None) -> str:
@@ -52,14 +54,15 @@ def load_heads(path: str) -> Tuple[dict, dict]:
 
 
 def heads_kind(path: str):
-  """'medusa' or 'eagle' where `path` holds heads that `save_heads` wrote, else None (a
-  model's checkpoint, a distilled draft model's included)."""
+  """'medusa', 'eagle' or 'layerskip' where `path` holds heads or an early exit that
+  `save_heads` wrote, else None (a model's checkpoint, a distilled draft model's
+  included)."""
   try:
     with open(os.path.join(path, META_FILE), encoding='utf-8') as f:
       kind = json.load(f).get('kind')
   except (OSError, ValueError, AttributeError):
     return None
-  return kind if kind in HEAD_KINDS else None
+  return kind if kind in NOT_MODELS else None
 
 
 def check_meta(meta: dict, target, path: str, kind: str, named: str = '') -> None:

@@ -18,6 +18,7 @@ the target's distribution (sampled); m only trades the draft's cost against its 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -39,7 +40,7 @@ def exit_params(tree: dict) -> dict:
   for path in EXITS:
     node = tree
     for key in path:
-      node = node.get(key) if isinstance(node, dict) else None
+      node = node.get(key) if isinstance(node, Mapping) else None
     if node is not None:
       parent = out
       for key in path[:-1]:
@@ -54,7 +55,7 @@ def overlay(base: dict, top: dict) -> dict:
     return base
   out = dict(base)
   for key, value in top.items():
-    out[key] = overlay(base[key], value) if isinstance(value, dict) else value
+    out[key] = overlay(base[key], value) if isinstance(value, Mapping) else value
   return out
 
 

@@ -8,7 +8,8 @@ DRAFT_KIND), as `--draft` names them on the command line:
   directory); their params sit under `draft` with their logical axes, so T5X's partitioner
   shards them by its rules as it does the target's;
 - 'layerskip:M': the target's own first M decoder layers; no params of its own (nothing
-  under `draft`) and no checkpoint.
+  under `draft`) and no checkpoint, or, with DRAFT_CHECKPOINT_PATH, the early exit that
+  `python -m specjax.train_draft --kind layerskip --layers M` trained (under `draft`).
 
 Imports no t5x.
 """
@@ -32,8 +33,8 @@ class DraftKind:
   Attributes:
     name: 'model', 'eagle', 'medusa' or 'layerskip'.
     layers: M of 'layerskip:M' (0 for the others).
-    path: DRAFT_CHECKPOINT_PATH (None for layer-skip).
-    heads: the heads' draft.json (eagle, medusa), else None.
+    path: DRAFT_CHECKPOINT_PATH (None for layer-skip without a trained exit).
+    heads: the draft.json of trained heads or of an early exit, else None.
   """
 
   name: str
@@ -44,7 +45,7 @@ class DraftKind:
   @property
   def has_params(self) -> bool:
     """Whether the draft has params of its own (under the params tree's `draft`)."""
-    return self.name != LAYER_SKIP
+    return self.name != LAYER_SKIP or self.path is not None
 
   def proposer(self, target) -> Any:
     """The proposer of a kind that drafts from `target` (not 'model').
@@ -52,10 +53,12 @@ class DraftKind:
     Raises:
       ValueError: M outside 1 .. L - 1, or heads trained for another target (one line).
     """
-    if self.name == LAYER_SKIP:
-      return LayerSkip(target, self.layers)
     try:
-      return heads_io.heads_for(self.heads, target, self.path, self.name)
+      if self.name != LAYER_SKIP:
+        return heads_io.heads_for(self.heads, target, self.path, self.name)
+      if self.path is not None:
+        heads_io.check_meta(self.heads, target, self.path, LAYER_SKIP, 'an early exit')
+      return LayerSkip(target, self.layers, trained_exit=self.path is not None)
     except ValueError as e:
       raise ValueError(f'DRAFT_CHECKPOINT_PATH {self.path!r}: {e}') from None
 
@@ -94,10 +97,18 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
     if not layers.isdigit() or not 1 <= int(layers) < (target_layers or int(layers) + 1):
       raise ValueError(f'DRAFT_KIND {kind!r}: pass layerskip:M, M >= 1{top}, the number of '
                        'the target\'s decoder layers that draft (e.g. \'layerskip:2\')')
-    if draft_module is not None or path is not None:
+    if draft_module is not None:
       raise ValueError(f'DRAFT_KIND {kind!r} drafts with the target\'s own layers: leave '
-                       'DRAFT_CHECKPOINT_PATH and DRAFT_MODULE unbound (None)')
-    return DraftKind(LAYER_SKIP, layers=int(layers))
+                       'DRAFT_MODULE unbound (None)')
+    if path is None:
+      return DraftKind(LAYER_SKIP, layers=int(layers))
+    meta = _read(path)
+    if meta.get('kind') != LAYER_SKIP or int(meta.get('layers', 0)) != int(layers):
+      raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r} holds no early exit for {kind} (its '
+                       f'draft.json: {meta.get("kind")}, layers {meta.get("layers")}): set it '
+                       f'to what python -m specjax.train_draft --kind layerskip --layers '
+                       f'{layers} wrote, or unbind it')
+    return DraftKind(LAYER_SKIP, layers=int(layers), path=path, heads=meta)
   if kind in heads_io.HEAD_KINDS:
     if draft_module is not None:
       raise ValueError(f'DRAFT_KIND \'{kind}\' reads trained heads, not a module: leave '
@@ -106,13 +117,22 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
       raise ValueError(f'DRAFT_KIND \'{kind}\' needs the heads\' directory: set '
                        f'DRAFT_CHECKPOINT_PATH to what python -m specjax.train_draft --kind '
                        f'{kind} wrote')
-    try:
-      meta, _ = restore.read_heads(path)
-    except (FileNotFoundError, OSError, ValueError) as e:
-      raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r}: {" ".join(str(e).split())}') from None
+    meta = _read(path)
     if meta.get('kind') != kind:
       raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r} holds a {meta.get("kind")} draft, '
                        f'not {kind} heads: set DRAFT_KIND = \'{meta.get("kind")}\'')
     return DraftKind(kind, path=path, heads=meta)
   raise ValueError(f'speculative.from_model.draft_kind (DRAFT_KIND) takes {KINDS}, got '
                    f'{kind!r}')
+
+
+def _read(path: str) -> dict:
+  """The draft.json of what train_draft wrote at `path`.
+
+  Raises:
+    ValueError: nothing it wrote is there (one line naming the binding).
+  """
+  try:
+    return restore.read_heads(path)[0]
+  except (FileNotFoundError, OSError, ValueError) as e:
+    raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r}: {" ".join(str(e).split())}') from None

@@ -104,7 +104,8 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
       draft_module, for its shapes.
     draft_kind: 'model' (a draft model), 'eagle' or 'medusa' (heads that `python -m
       specjax.train_draft` trained, at draft_checkpoint_path), or 'layerskip:M' (the
-      target's first M decoder layers: no module, no checkpoint); `--draft`'s names.
+      target's first M decoder layers: no module; no checkpoint, or the early exit
+      `train_draft --kind layerskip` trained at draft_checkpoint_path); `--draft`'s names.
     gamma: draft tokens per target call.
     temperature, topk, topp, max_decode_steps: the sampling defaults, T5X's conventions
       (temperature at most 1e-4 is greedy; topk 1, temperature_sample's default, is the

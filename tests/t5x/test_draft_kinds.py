@@ -17,6 +17,7 @@ import specjax  # pylint: disable=wrong-import-position
 from specjax.drafting import heads_io  # pylint: disable=wrong-import-position
 from specjax.job import drafts  # pylint: disable=wrong-import-position
 from specjax.proposers.eagle import EagleHead  # pylint: disable=wrong-import-position
+from specjax.proposers.layer_skip import exit_params  # pylint: disable=wrong-import-position
 from specjax.proposers.medusa import MedusaHeads  # pylint: disable=wrong-import-position
 from specjax.t5x import decoding  # pylint: disable=wrong-import-position
 from specjax.t5x import model as speculative  # pylint: disable=wrong-import-position
@@ -33,14 +34,20 @@ def _meta(kind, target, **sizes):
 
 
 def _write_heads(root, target, target_params):
-  """{kind: directory} of an EAGLE head started from the target's last layer and of three
-  random Medusa heads, written as train_draft writes them (bfloat16 and draft.json)."""
+  """{kind: directory} of an EAGLE head started from the target's last layer, of three
+  random Medusa heads and of an early exit for the first layer (the target's own, its
+  projection scaled), written as train_draft writes them (bfloat16 and draft.json)."""
   eagle = EagleHead(target).from_target(target_params)
   medusa = MedusaHeads(target, 3).init(jax.random.PRNGKey(1), scale=1.0)
+  own_exit = exit_params(target_params)
+  own_exit['decoder']['logits_dense'] = {
+      'kernel': 3.0 * own_exit['decoder']['logits_dense']['kernel']}
   return {'eagle': heads_io.save_heads(str(root / 'eagle'), eagle,
                                        _meta('eagle', target, layers=1)),
           'medusa': heads_io.save_heads(str(root / 'medusa'), medusa,
-                                        _meta('medusa', target, num_heads=3))}
+                                        _meta('medusa', target, num_heads=3)),
+          'layerskip:1+exit': heads_io.save_heads(str(root / 'exit'), own_exit,
+                                                  _meta('layerskip', target, layers=1))}
 
 
 @pytest.fixture(scope='module')
@@ -54,19 +61,20 @@ def setup(tmp_path_factory):
 
 
 def _build(kind, heads, **kw):
+  """The model of a kind of KINDS ('layerskip:1+exit': layerskip:1 with its exit)."""
   return speculative.SpeculativeEncoderDecoderModel(
-      tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_kind=kind,
+      tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_kind=kind.split('+')[0],
       draft_checkpoint_path=heads.get(kind), **{'gamma': 3, **kw})
 
 
 def _params(kind, setup):
   _, target_params, heads = setup
-  if kind.startswith('layerskip'):
+  if kind not in heads:
     return dict(target_params)
   return {**target_params, 'draft': restore.read_heads(heads[kind])[1]}
 
 
-KINDS = ('eagle', 'medusa', 'layerskip:1')
+KINDS = ('eagle', 'medusa', 'layerskip:1', 'layerskip:1+exit')
 
 
 @pytest.mark.parametrize('tree', [None, '2,2,1'])
@@ -81,7 +89,7 @@ def test_greedy_equals_t5x_temperature_sample(setup, kind, tree):
   assert np.all(np.asarray(aux['target_calls']) >= 1)
 
 
-@pytest.mark.parametrize('kind', ['eagle', 'medusa'])
+@pytest.mark.parametrize('kind', ['eagle', 'medusa', 'layerskip:1+exit'])
 def test_sampled_decodes_are_specjax_decodes_with_the_same_heads(setup, kind):
   """At T=1 the model's decodes and counts are those of specjax's decode with the proposer
   `--draft KIND:PATH` loads; zeroed heads give other counts (the params reach the draft)."""
@@ -90,7 +98,8 @@ def test_sampled_decodes_are_specjax_decodes_with_the_same_heads(setup, kind):
   batch = tiny_t5x.batch(B, S, L, seed=2)
   params = _params(kind, setup)
   got, aux = model.predict_batch_with_aux(params, batch, rng=RNG)
-  proposer, stored = drafts.trained_heads(heads[kind], target, kind)
+  proposer, stored = drafts.resolve_draft(f'{kind.split(":")[0]}:{heads[kind]}', target,
+                                          'tiny', None)
   ref = decoding.predict(target, target_params, proposer, stored,
                          batch['encoder_input_tokens'], max_decode_len=L, gamma=3,
                          sampling=decoding.sampling_from_t5x(temperature=1.0), rng=RNG)
@@ -121,9 +130,13 @@ def test_initial_variables_hold_the_heads_with_their_axes(setup):
   assert medusa['w_axes'].names == (None, 'embed', 'mlp')
   skip = init(_build('layerskip:1', setup[2]))
   assert 'draft' not in skip['params'] and 'draft' not in skip['params_axes']
+  own_exit = init(_build('layerskip:1+exit', setup[2]))
+  assert set(own_exit['params']['draft']['decoder']) == {'decoder_norm', 'logits_dense'}
+  assert own_exit['params_axes']['draft']['decoder']['logits_dense']['kernel_axes'].names == (
+      'embed', 'vocab')
 
 
-@pytest.mark.parametrize('kind', ['eagle', 'layerskip:1'])
+@pytest.mark.parametrize('kind', ['eagle', 'layerskip:1', 'layerskip:1+exit'])
 def test_t5x_restore_fills_the_heads_from_their_directory(trained, tmp_path, kind):
   """Through gin (DRAFT_KIND) and T5X's own restore of a target-only checkpoint written by
   t5x.train: the heads' params come from the heads' directory, the target's from the
@@ -133,7 +146,7 @@ def test_t5x_restore_fills_the_heads_from_their_directory(trained, tmp_path, kin
   target, target_params = specjax.load_model(None, str(trained['target']))
   heads = _write_heads(tmp_path, target, target_params)
   path = heads.get(kind)
-  bindings = [f'DRAFT_KIND = {real_t5x.quoted(kind)}']
+  bindings = [f'DRAFT_KIND = {real_t5x.quoted(kind.split("+")[0])}']
   if path is not None:
     bindings.append(f'DRAFT_CHECKPOINT_PATH = {real_t5x.quoted(path)}')
   with gin.unlock_config():
@@ -169,7 +182,9 @@ def _at(tree, key_path):
     (dict(draft_kind='layerskip:2'), r"pass layerskip:M, M >= 1 and below the target's 2"),
     (dict(draft_kind='layerskip:x'), 'pass layerskip:M'),
     (dict(draft_kind='layerskip:1', draft_checkpoint_path='medusa'),
-     'leave DRAFT_CHECKPOINT_PATH and DRAFT_MODULE unbound'),
+     "holds no early exit for layerskip:1 \\(its draft.json: medusa"),
+    (dict(draft_kind='layerskip:1', draft_module=tiny_t5x.DRAFT),
+     'leave DRAFT_MODULE unbound'),
     (dict(draft_kind='eagle', draft_checkpoint_path='medusa'),
      "holds a medusa draft, not eagle heads: set DRAFT_KIND = 'medusa'"),
     (dict(draft_kind='model', draft_checkpoint_path='eagle'),
