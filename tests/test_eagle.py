@@ -7,9 +7,11 @@ guesses where the target's are known would propose others); sampled, the first t
 tokens follow the target's distribution (chi-square against enumerated probabilities; a
 broken rule is rejected by the same test); python -m specjax.train_draft --kind eagle
 trains a head that accepts more than where it started, a killed run resumes with nothing
-lost, and the CLI decodes with it (--draft eagle:PATH)."""
+lost, and the CLI decodes with it (--draft eagle:PATH). Decoder-only targets (Llama,
+GPT-2) take a head of their own layer: greedy identical, sampled by the same test."""
 import json
 import os
+import types
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +25,10 @@ from specjax.drafting import data as data_lib
 from specjax.drafting import eagle, fit, heads_io
 from specjax.job import drafts
 from specjax.proposers.eagle import EagleHead
-from stats_util import chi_square_pvalue, enumerate_t5, tiny_lm, tiny_t5
+from stats_util import chi_square_pvalue, enumerate_lm, enumerate_t5, tiny_lm, tiny_t5
 from train_draft_util import train_on_demo_lines
+from test_lm_speculative import _pair as lm_pair
+from test_lm_speculative import _prompts as lm_prompts
 from test_tree_decode import _demo_lines, _test_lines
 
 
@@ -198,7 +202,53 @@ def test_train_draft_cli_trains_a_head_that_accepts_more_and_decodes_with_it(tmp
   assert result['accepted_tokens'] > int(start.stats.accepted.sum())
 
 
-def test_an_eagle_head_is_refused_for_a_decoder_only_target():
-  target, _ = tiny_lm(5, num_layers=1, seed=0, logit_scale=1.0)
-  with pytest.raises(ValueError, match='T5 targets only'):
-    EagleHead(target)
+def test_an_eagle_head_is_refused_for_a_target_without_layer_pieces():
+  with pytest.raises(ValueError, match='T5 and decoder-only') as e:
+    EagleHead(types.SimpleNamespace(config=None))
+  assert '\n' not in str(e.value)
+
+
+@pytest.mark.parametrize('family, shape', [('llama', None), ('gpt2', '2,1,1'),
+                                           ('llama', tree.DynamicTree(6, 3, 2))],
+                         ids=['llama-chain3', 'gpt2-tree2-1-1', 'llama-dynamic6-3-2'])
+def test_greedy_eagle_is_the_targets_for_decoder_only_pairs(family, shape):
+  """A decoder-only target (Llama's rotary attention, GPT-2's learned positions and
+  LayerNorm): the head is one of its layers, its final norm and its projection."""
+  target, tp, _, _ = lm_pair(family, vocab=32, eos_bias=0.6 if family == 'llama' else 1.6)
+  inputs = lm_prompts(32)
+  kw = dict(max_decode_len=16, slots=2)
+  ref = specjax.autoregressive_decode(target, tp, inputs, **kw)
+  head = EagleHead(target)
+  hp = head.from_target(tp)
+  assert set(hp['norm']) == ({'scale', 'bias'} if family == 'gpt2' else {'scale'})
+  out = specjax.speculative_decode(target, tp, head, hp, inputs,
+                                   gamma=3 if shape is None else None, tree=shape, **kw)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert int(out.stats.accepted.sum()) > 0
+
+
+def test_sampled_eagle_follows_a_decoder_only_target_on_the_first_three_tokens(
+    fresh_programs, monkeypatch):
+  """A Llama-style target over 5 tokens, the head from its last layer, a chain of 2: the
+  first three tokens after the prompt against their enumerated probabilities; an
+  accept-all rule is rejected by the same test."""
+  model, params = tiny_lm(V, num_layers=2, seed=8, logit_scale=3.0)
+  prompt = [2, 3, 4]
+  expected = enumerate_lm(model, params, prompt, STEPS)
+  head = EagleHead(model)
+  hp = head.from_target(params)
+
+  def samples():
+    out = specjax.speculative_decode(
+        model, params, head, hp, jnp.tile(jnp.array([prompt]), (N, 1)), gamma=2,
+        max_decode_len=STEPS, sampling=specjax.SamplingConfig(temperature=1.0),
+        rng=jax.random.PRNGKey(2))
+    return np.asarray(out.tokens), out
+
+  tokens, out = samples()
+  assert chi_square_pvalue(tokens, expected) > 1e-3
+  assert int(out.stats.accepted.sum()) > N // 10
+  monkeypatch.setattr(acceptance, 'accept_draft',
+                      lambda p_x, q_x, r, q_scale=1.0: jnp.ones(p_x.shape, bool))
+  broken, _ = samples()
+  assert chi_square_pvalue(broken, expected) < 1e-6

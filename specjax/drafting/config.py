@@ -20,7 +20,7 @@ class TrainDraftConfig:
                               'registry\'s or the checkpoint\'s)')
   kind: str = flag('medusa', 'what to train: medusa, K heads on the target\'s last hidden '
                    'state (--draft medusa:PATH decodes with them); eagle, one decoder layer '
-                   'that drafts the target\'s next hidden state (T5 targets; --draft '
+                   'that drafts the target\'s next hidden state (--draft '
                    'eagle:PATH); distill, the draft model --draft fine-tuned on the target\'s '
                    'distributions (--draft PATH); layerskip, an early exit (a copy of the '
                    'final norm and output projection) for the target\'s first --layers '

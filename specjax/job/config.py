@@ -50,7 +50,7 @@ class DecodeConfig:
                     '--kind layerskip trained); medusa:PATH: Medusa heads trained by python -m '
                     'specjax.train_draft (medusa: the ones bundled for demo_target and '
                     'manpages_target); eagle:PATH: an EAGLE head trained the same way, for T5 '
-                    'targets (eagle: the bundled ones)')
+                    'and decoder-only targets (eagle: the bundled ones)')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
                                           'the target (default: bundled for demo_*, the '
                                           'public T5X one on GCS for t5_*)')

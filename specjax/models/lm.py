@@ -15,7 +15,7 @@ D model dim, N query heads, M KV heads, H head dim, F mlp dim.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Tuple
+from typing import Any, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +23,19 @@ import jax.numpy as jnp
 from specjax.models import base
 from specjax.models import lm_layers as layers
 from specjax.models.lm_config import LMConfig
+
+
+class SelfLayout(NamedTuple):
+  """A decode call's self-attention layout (`CausalLM.self_attention_layout`).
+
+  Attributes:
+    query_pos: [B, K] int32, each token's position (rotary angle, learned position).
+    mask: [B, K, T] bool, the slots each token attends to.
+    write_start: [B] int32, the cache slot of the call's first token.
+  """
+  query_pos: jax.Array
+  mask: jax.Array
+  write_start: jax.Array
 
 PyTree = Any
 # The cache's logical axes: [B, M, H, T]; 'kv_heads' is sharded over 'model' where M divides.
@@ -192,39 +205,82 @@ class CausalLM:
       logits [B, K, V] float32, the new cache, and with return_hidden the hidden state.
     """
     del encoded
-    c = self.config
-    dtype = jnp.dtype(c.dtype)
-    num_tokens, max_len = tokens.shape[1], cache[0]['k'].shape[3]
-    if tree is None:  # today's chain ops, unchanged
-      query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
-      mask, write_start = base.causal_mask(positions, num_tokens, max_len), positions
-    else:
-      query_pos, _, mask, write_start = base.attention_layout(positions, num_tokens, max_len,
-                                                              tree)  # mask [B, K, T]
-    x = jnp.take(params['embed']['embedding'], tokens, axis=0).astype(dtype)  # [B, K, D]
-    if not c.rotary:
-      x = x + jnp.take(params['position']['embedding'], query_pos, axis=0).astype(dtype)
-    inv_freq = layers.rope_frequencies(c) if c.rotary else None
+    layout = self.self_attention_layout(params, positions, tokens.shape[1],
+                                        cache[0]['k'].shape[3], tree)
+    x = self.embed(params, tokens, layout.query_pos)  # [B, K, D]
     new_cache = []
     for i, layer_cache in enumerate(cache):
-      p = params[f'layers_{i}']
-      att = p['attention']
-      h = layers.norm(x, p['attn_norm'], c)
-      q = layers.dense(h, att['query'], 'BKD,DNH->BKNH')  # [B, K, N, H]
-      k = layers.dense(h, att['key'], 'BKD,DMH->BKMH')  # [B, K, M, H]
-      v = layers.dense(h, att['value'], 'BKD,DMH->BKMH')
-      if c.rotary:
-        q, k = layers.apply_rope(q, query_pos, inv_freq), layers.apply_rope(k, query_pos,
-                                                                            inv_freq)
-      keys = base.write_cache(layer_cache['k'], k.transpose(0, 2, 3, 1), write_start)
-      values = base.write_cache(layer_cache['v'], v.transpose(0, 2, 3, 1), write_start)
-      new_cache.append({'k': keys, 'v': values})  # [B, M, H, T]
-      y = layers.attention(q, keys.astype(dtype), values.astype(dtype), mask)
-      x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
-      x = x + layers.mlp(layers.norm(x, p['mlp_norm'], c), p['mlp'], c)
-    x = layers.norm(x, params['final_norm'], c).astype(jnp.float32)  # as T5's logits
+      x, layer_cache = self.decoder_layer(params[f'layers_{i}'], x, layer_cache, layout)
+      new_cache.append(layer_cache)
+    x = self.final_norm(params['final_norm'], x).astype(jnp.float32)  # as T5's logits
     logits = self.project(params, x)
     return (logits, new_cache, x) if return_hidden else (logits, new_cache)
+
+  def self_attention_layout(self, params: PyTree, positions: jax.Array, num_tokens: int,
+                            max_len: int, tree: base.Tree | None = None) -> SelfLayout:
+    """Where a decode call's K tokens sit and what they attend to (`decode`'s layout,
+    which a draft layer over the same positions, EAGLE's, shares).
+
+    Args:
+      params: model params (unused: the layout has no params; T5's reads its bias table).
+      positions: [B] int32, each row's first position (chain; ignored with a tree).
+      num_tokens: K; max_len: T, the cache length.
+      tree: None for a chain, or the token tree's layout.
+    """
+    del params
+    if tree is None:  # today's chain ops, unchanged
+      query_pos = positions[:, None] + jnp.arange(num_tokens)[None, :]  # [B, K]
+      return SelfLayout(query_pos, base.causal_mask(positions, num_tokens, max_len),
+                        positions)
+    query_pos, _, mask, write_start = base.attention_layout(positions, num_tokens, max_len,
+                                                            tree)  # mask [B, K, T]
+    return SelfLayout(query_pos, mask, write_start)
+
+  def embed(self, params: PyTree, tokens: jax.Array, query_pos: jax.Array) -> jax.Array:
+    """tokens [B, K] at positions query_pos [B, K] -> [B, K, D] activations (the learned
+    position embedding added where the model has one)."""
+    dtype = jnp.dtype(self.config.dtype)
+    x = jnp.take(params['embed']['embedding'], tokens, axis=0).astype(dtype)
+    if not self.config.rotary:
+      x = x + jnp.take(params['position']['embedding'], query_pos, axis=0).astype(dtype)
+    return x
+
+  def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree,
+                    layout: SelfLayout) -> Tuple[jax.Array, PyTree]:
+    """One layer: self-attention (writing its K/V into the cache) and MLP, each pre-normed
+    and residual.
+
+    Args:
+      p: the layer's params.
+      x: [B, K, D] its input.
+      cache: {'k', 'v': [B, M, H, T]}, the layer's cache.
+      layout: from `self_attention_layout`.
+
+    Returns:
+      (x [B, K, D], the cache with the K tokens' K/V written).
+    """
+    c = self.config
+    dtype = jnp.dtype(c.dtype)
+    att = p['attention']
+    h = layers.norm(x, p['attn_norm'], c)
+    q = layers.dense(h, att['query'], 'BKD,DNH->BKNH')  # [B, K, N, H]
+    k = layers.dense(h, att['key'], 'BKD,DMH->BKMH')  # [B, K, M, H]
+    v = layers.dense(h, att['value'], 'BKD,DMH->BKMH')
+    if c.rotary:
+      inv_freq = layers.rope_frequencies(c)
+      q = layers.apply_rope(q, layout.query_pos, inv_freq)
+      k = layers.apply_rope(k, layout.query_pos, inv_freq)
+    keys = base.write_cache(cache['k'], k.transpose(0, 2, 3, 1), layout.write_start)
+    values = base.write_cache(cache['v'], v.transpose(0, 2, 3, 1), layout.write_start)
+    y = layers.attention(q, keys.astype(dtype), values.astype(dtype), layout.mask)
+    x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
+    x = x + layers.mlp(layers.norm(x, p['mlp_norm'], c), p['mlp'], c)
+    return x, {'k': keys, 'v': values}  # [B, M, H, T]
+
+  def final_norm(self, p: PyTree, x: jax.Array) -> jax.Array:
+    """The family's final norm with params p ({'scale'} or {'scale', 'bias'}): x [..., D]
+    -> same."""
+    return layers.norm(x, p, self.config)
 
   def project(self, params: PyTree, hidden: jax.Array) -> jax.Array:
     """The output projection: final hidden states [B, K, D] float32 (after the final norm)

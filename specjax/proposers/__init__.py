@@ -10,5 +10,5 @@ is one through `specjax.core.model_proposer`):
 - `medusa`: K heads on the target's last hidden state (chains and Medusa trees; trained
   by `python -m specjax.train_draft`);
 - `eagle`: one decoder layer that drafts the target's next hidden state from its last
-  (T5 targets; chains, static and dynamic trees; trained the same way).
+  (T5 and decoder-only targets; chains, static and dynamic trees; trained the same way).
 """

@@ -2,9 +2,10 @@
 
 EAGLE drafts at the feature level. The input of the head at position t is the target's
 final hidden state f[t-1] (the one whose logits chose the token at t) and the token at t,
-joined by a linear map fc [2H, H]; one T5 decoder layer (self-attention over the head's
-own cache of earlier positions, cross-attention to the target's encoder output, MLP) and
-a final norm make g[t], an estimate of f[t], which the target's own output projection
+joined by a linear map fc [2H, H]; one decoder layer of the target's family (self-attention
+over the head's own cache of earlier positions, for T5 cross-attention to the target's
+encoder output, MLP) and a final norm make g[t], an estimate of f[t], which the target's
+own output projection
 (frozen; `Model.project`) turns into the logits of the token at t + 1. Deeper drafts feed
 the head its own g in place of the target's f: a chain step or a tree node reads its
 parent's g. The cross-attention reads the target's last decoder layer's encoder keys and
@@ -29,7 +30,9 @@ refill (a mesh test compares refilled rows with rows decoded at once).
 
 Exact like any proposer: a chain draws each token from the head's warped distribution
 (q), a tree's several children per node are point masses; the target's verify decides.
-For T5 targets (`specjax.models.t5.T5`).
+For T5 targets (`specjax.models.t5.T5`) and decoder-only ones (`specjax.models.lm.CausalLM`:
+Llama, GPT-2), through their public layer pieces (`self_attention_layout`, `embed`,
+`decoder_layer`, their final norm and `project`).
 
 Shape letters: B rows, K tokens of a call, C catch-up positions, H the target's hidden
 width, N heads, Hd head width, T positions, V vocab.
@@ -64,11 +67,12 @@ def _layer_axes() -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class EagleHead(OfTarget):
-  """The EAGLE head of a T5 `target` (params {'fc': {'kernel': [2H, H]}, 'layer': a decoder
-  layer's, 'norm': {'scale': [H]}}).
+  """The EAGLE head of a `target` (params {'fc': {'kernel': [2H, H]}, 'layer': a decoder
+  layer's, 'norm': the final norm's ({'scale': [H]}, GPT-2's with 'bias')}).
 
   Attributes:
-    target: the target model (a `specjax.models.t5.T5`: its layer code and projection).
+    target: the target model (a `specjax.models.t5.T5` or `specjax.models.lm.CausalLM`:
+      its layer code and projection).
   """
 
   target: Any
@@ -77,8 +81,13 @@ class EagleHead(OfTarget):
 
   def __post_init__(self):
     if not hasattr(self.target, 'decoder_layer'):
-      raise ValueError('EAGLE heads draft for T5 targets only; pass --draft medusa, '
-                       'layerskip:M or a draft model for this target')
+      raise ValueError('EAGLE heads draft for T5 and decoder-only (Llama, GPT-2) targets; '
+                       'pass --draft medusa, layerskip:M or a draft model for this target')
+
+  @property
+  def _t5(self) -> bool:
+    """An encoder-decoder target (its decoder's params under 'decoder', cross-attention)."""
+    return hasattr(self.target.config, 'num_decoder_layers')
 
   @property
   def config(self):
@@ -90,45 +99,60 @@ class EagleHead(OfTarget):
     """H, the target's hidden width."""
     return self.target.config.emb_dim
 
+  def _layers(self, tp: dict) -> tuple:
+    """(the target's decoder layers' params by name, its final norm's params)."""
+    if self._t5:
+      return tp['decoder'], tp['decoder']['decoder_norm']
+    return tp, tp['final_norm']
+
   def _last(self) -> str:
-    return f'layers_{self.target.config.num_decoder_layers - 1}'
+    cfg = self.target.config
+    return f'layers_{(cfg.num_decoder_layers if self._t5 else cfg.num_layers) - 1}'
 
   def init(self, rng: jax.Array) -> dict:
-    """Random params: the layer as a fresh T5 decoder layer's, fc the sum of the two
-    inputs (tests; training starts from `from_target`)."""
-    one = dataclasses.replace(self.target.config, num_encoder_layers=0, num_decoder_layers=1)
-    fresh = type(self.target)(one).init(rng)['decoder']
-    return self._assemble(fresh['layers_0'], fresh['decoder_norm']['scale'])
+    """Random params: the layer as a fresh decoder layer's, fc the sum of the two inputs
+    (tests; training starts from `from_target`)."""
+    one = (dict(num_encoder_layers=0, num_decoder_layers=1) if self._t5 else
+           dict(num_layers=1))
+    fresh = type(self.target)(dataclasses.replace(self.target.config, **one)).init(rng)
+    layers, norm = self._layers(fresh)
+    return self._assemble(layers['layers_0'], norm)
 
   def from_target(self, tp: dict) -> dict:
     """The params training starts from: the target's last decoder layer and final norm,
     fc the sum of the feature and the token's embedding."""
-    dec = tp['decoder']
-    return self._assemble(dec[self._last()], dec['decoder_norm']['scale'])
+    layers, norm = self._layers(tp)
+    return self._assemble(layers[self._last()], norm)
 
-  def _assemble(self, layer: dict, norm: jax.Array) -> dict:
+  def _assemble(self, layer: dict, norm: dict) -> dict:
     eye = jnp.eye(self.width, dtype=jnp.float32)
     layer = dict(layer)
-    layer['encoder_decoder_attention'] = {
-        n: layer['encoder_decoder_attention'][n] for n in _CROSS_READ}
-    keep = _layer_axes()
-    layer = {k: v for k, v in layer.items() if k in keep or k == 'mlp'}
+    if self._t5:
+      layer['encoder_decoder_attention'] = {
+          n: layer['encoder_decoder_attention'][n] for n in _CROSS_READ}
+      keep = _layer_axes()
+      layer = {k: v for k, v in layer.items() if k in keep or k == 'mlp'}
     own = {'fc': {'kernel': jnp.concatenate([eye, eye], axis=0)}, 'layer': layer,
-           'norm': {'scale': norm}}
+           'norm': dict(norm)}
     return jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), own)
 
   def param_axes(self) -> dict:
-    mlp_axes = self.target.param_axes()['decoder']['layers_0']['mlp']
+    axes = self.target.param_axes()
+    if not self._t5:
+      return {'fc': {'kernel': (None, 'embed')}, 'layer': axes['layers_0'],
+              'norm': axes['final_norm']}
+    mlp_axes = axes['decoder']['layers_0']['mlp']
     return {'fc': {'kernel': (None, 'embed')}, 'layer': {**_layer_axes(), 'mlp': mlp_axes},
             'norm': {'scale': ('embed',)}}
 
   def init_cache(self, batch: int, length: int, dtype: Any = None) -> dict:
-    cache = self.target.init_cache(batch, length, dtype)['layers_0']
-    return {'layers_0': cache,
+    cache = self.target.init_cache(batch, length, dtype)
+    return {'layers_0': cache['layers_0'] if self._t5 else cache[0],
             'feat': jnp.zeros((batch, self.width, length), jnp.float32)}
 
   def cache_axes(self) -> dict:
-    return {'layers_0': {'k': base.KV_AXES, 'v': base.KV_AXES},
+    axes = self.target.cache_axes()
+    return {'layers_0': axes['layers_0'] if self._t5 else axes[0],
             'feat': ('batch', 'embed', 'length')}
 
   def prefill(self, params, encoded, state, prompt: jax.Array) -> dict:
@@ -142,18 +166,24 @@ class EagleHead(OfTarget):
     """The head over tokens [B, K] with their input features feats [B, K, H] (f or g of
     the position before each): (g [B, K, H] float32, logits [B, K, V], the state with
     the layer's cache written; 'feat' untouched)."""
-    target, tp, own = self.target, params['target'], params['own']
+    target, tp = self.target, params['target']
     dtype = jnp.dtype(target.config.dtype)
-    x = jnp.concatenate([feats.astype(dtype), target.embed(tp, tokens)], axis=-1)
-    x = x @ own['fc']['kernel'].astype(dtype)  # [B, K, H]
+    own = jax.tree.map(lambda a: a.astype(dtype), params['own'])
     cache = state['layers_0']
     layout = target.self_attention_layout(tp, positions, tokens.shape[1],
                                           cache['k'].shape[-1], tree)
-    enc = encoded['target']
-    x, cache = target.decoder_layer(jax.tree.map(lambda a: a.astype(dtype), own['layer']),
-                                    x, cache, layout, enc['cross'][self._last()],
-                                    enc['mask'])
-    g = target.rms_norm(x, own['norm']['scale'].astype(dtype))
+    embedded = (target.embed(tp, tokens) if self._t5 else
+                target.embed(tp, tokens, layout.query_pos))
+    x = jnp.concatenate([feats.astype(dtype), embedded], axis=-1)
+    x = x @ own['fc']['kernel']  # [B, K, H]
+    if self._t5:
+      enc = encoded['target']
+      x, cache = target.decoder_layer(own['layer'], x, cache, layout,
+                                      enc['cross'][self._last()], enc['mask'])
+      g = target.rms_norm(x, own['norm']['scale'])
+    else:
+      x, cache = target.decoder_layer(own['layer'], x, cache, layout)
+      g = target.final_norm(own['norm'], x)
     return g.astype(jnp.float32), target.project(tp, g), {**state, 'layers_0': cache}
 
   def catch_up(self, params, encoded, state, seq: jax.Array, pos: jax.Array, depth: int):
