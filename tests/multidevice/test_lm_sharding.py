@@ -65,6 +65,27 @@ def test_sharded_llama_pair_equals_unsharded(pair_and_inputs, references, shape,
   assert 0 < ref.stats.acceptance_rate < 1
 
 
+def test_an_eagle_head_of_the_llama_target_on_a_mesh_equals_unsharded(pair_and_inputs):
+  """The head is one of the target's layers (its KV heads, its cache and feature buffer
+  sharded like the target's): a dynamic tree with refill on a 2x4 mesh, sampled and greedy
+  rows in one run, equals the unsharded decode, and its greedy rows are the target's."""
+  from specjax.core.tree import DynamicTree  # pylint: disable=import-outside-toplevel
+  from specjax.proposers.eagle import EagleHead  # pylint: disable=import-outside-toplevel
+  target, tp, _, _, inputs = pair_and_inputs
+  head = EagleHead(target)
+  rows = [specjax.SamplingConfig(temperature=t) for t in (0.0, 1.0) * 4]
+  kw = dict(tree=DynamicTree(6, 3, 2), max_decode_len=MAX_LEN, rng=RNG, sampling=rows)
+  ref = specjax.speculative_decode(target, tp, head, head.from_target(tp), inputs, slots=4,
+                                   **kw)
+  out = specjax.speculative_decode(target, tp, head, head.from_target(tp), inputs, slots=4,
+                                   mesh=mesh_lib.make_mesh(shape=(2, 4)), **kw)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_array_equal(out.stats.accepted, ref.stats.accepted)
+  assert int(ref.stats.accepted.sum()) > 0
+  alone = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=MAX_LEN)
+  np.testing.assert_array_equal(np.asarray(out.tokens)[::2], np.asarray(alone.tokens)[::2])
+
+
 def test_params_and_kv_caches_shard_over_heads_and_kv_heads(pair_and_inputs):
   target, tp, draft, dp, inputs = pair_and_inputs
   mesh = mesh_lib.make_mesh(shape=(2, 4))
