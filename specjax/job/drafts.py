@@ -76,9 +76,10 @@ def layer_skip(spec: str, target):
   if rest.isdigit():
     return LayerSkip(target, int(rest)), {}
   if not os.path.isdir(rest):
-    raise ValueError(f'--draft {spec}: pass layerskip:M, M the number of the target\'s '
-                     'decoder layers that draft (e.g. layerskip:2), or layerskip:PATH, an '
-                     'early exit trained by python -m specjax.train_draft --kind layerskip')
+    raise ValueError(f'--draft {spec}: {rest!r} is neither a number of layers nor a '
+                     'directory; pass layerskip:M, M the number of the target\'s decoder '
+                     'layers that draft (e.g. layerskip:2), or layerskip:PATH, an early exit '
+                     'trained by python -m specjax.train_draft --kind layerskip')
   meta, params = heads_io.load_heads(rest)
   heads_io.check_meta(meta, target, rest, 'layerskip', 'an early exit')
   return LayerSkip(target, int(meta['layers']), trained_exit=True), params
