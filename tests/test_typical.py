@@ -84,23 +84,7 @@ def test_the_rule_says_it_is_not_exact_and_checks_its_numbers():
     VerificationRule('typical').checked(greedy=True)
 
 
-@pytest.fixture
-def kept_out_of_the_shared_cache():
-  """This test's programs are not written to the suite's persistent compilation cache:
-  inside the suite's worker (after the tests before it, not alone), XLA:CPU's executable
-  serialization crashed the process (SIGSEGV in jax's put_executable_and_time) on its
-  first program, twice. Nothing of specjax runs in that call; decodes compile as before."""
-  name = 'jax_persistent_cache_min_compile_time_secs'
-  before = getattr(jax.config, name)
-  jax.config.update(name, 1e9)
-  try:
-    yield
-  finally:
-    jax.config.update(name, before)
-
-
-def test_cli_typical_says_not_exact_and_refuses_greedy(tmp_path, capsys,
-                                                       kept_out_of_the_shared_cache):
+def test_cli_typical_says_not_exact_and_refuses_greedy(tmp_path, capsys):
   src = tmp_path / 'in.txt'
   src.write_text('Close the window\nPrint the page\n')
   base = ['--input', str(src), '--draft', 'medusa', '--max-decode-len', '12']
