@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The test command of README.md: the single-device suite (two pytest workers), then the
 # 8-device suite in its own processes, the two-process (multi-host) one, then the real-T5X
-# tests (which skip where t5x is not installed). Files that share one costly module fixture
-# are kept on one worker (their xdist_group). No persistent compilation cache: XLA:CPU's
-# executable serialization (jax's put_executable_and_time) crashed a worker with SIGSEGV on
-# the programs of two different tests, and the cache saved under a minute of compiling.
+# tests (which skip where t5x is not installed). Every process of the run shares one JAX
+# compilation cache, made empty here and removed at the end, so a program compiled once (by
+# one worker, or by a `python -m` subprocess) is not compiled again by the others; files that
+# share one costly module fixture are kept on one worker (their xdist_group).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-unset JAX_COMPILATION_CACHE_DIR
+cache=$(mktemp -d "${TMPDIR:-/tmp}/specjax-tests-jax-cache.XXXXXX")
+trap 'rm -rf "$cache"' EXIT
+export JAX_COMPILATION_CACHE_DIR="$cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
 python -m pytest -n "${SPECJAX_TEST_WORKERS:-2}" --dist loadgroup tests \
   --ignore=tests/multidevice \
   --ignore=tests/multihost \

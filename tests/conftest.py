@@ -18,6 +18,7 @@ if '--xla_cpu_use_fusion_emitters' not in os.environ.get('XLA_FLAGS', ''):
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_cpu_use_fusion_emitters=false').strip()
 
+import gc  # pylint: disable=wrong-import-position
 import tempfile  # pylint: disable=wrong-import-position
 
 import jax  # pylint: disable=wrong-import-position
@@ -31,6 +32,42 @@ os.environ['SPECJAX_CACHE_DIR'] = tempfile.mkdtemp(prefix='specjax-test-cache-')
 @pytest.fixture(autouse=True)
 def own_gamma_cache(tmp_path, monkeypatch):
   monkeypatch.setenv('SPECJAX_CACHE_DIR', str(tmp_path / 'specjax-cache'))
+
+
+def _memory_maps() -> int:
+  """How many memory regions this process has mapped (Linux; 0 elsewhere)."""
+  try:
+    with open('/proc/self/maps', encoding='ascii', errors='replace') as f:
+      return sum(1 for _ in f)
+  except OSError:
+    return 0
+
+
+def _map_limit() -> int:
+  """The kernel's limit on a process's memory regions (vm.max_map_count)."""
+  try:
+    with open('/proc/sys/vm/max_map_count', encoding='ascii') as f:
+      return int(f.read())
+  except (OSError, ValueError):
+    return 65530
+
+
+@pytest.fixture(autouse=True)
+def compiled_programs_within_the_map_limit():
+  """Drops the compiled programs once this process maps half the kernel's limit.
+
+  XLA:CPU maps about 500 memory regions per compiled decode and keeps them while the
+  program is cached. A worker that compiles a few hundred programs reaches
+  vm.max_map_count (65530 by default), and its next compile or executable serialization
+  dies with SIGSEGV. Past half the limit, after a test, the caches go (jax's and the
+  decoders specjax keeps), and the tests after it compile what they run again.
+  """
+  yield
+  if _memory_maps() > _map_limit() // 2:
+    from specjax.core import decoder  # pylint: disable=import-outside-toplevel
+    jax.clear_caches()
+    getattr(decoder.build, 'cache_clear', lambda: None)()
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)
