@@ -6,7 +6,8 @@ is one through `specjax.core.model_proposer`):
 - `bigram`: a table of next tokens (chains; static and dynamic top-k trees);
 - `hybrid`: the copy where it matches, a draft model elsewhere (chains);
 - `layer_skip`: the target's own first M decoder layers (chains and trees; it reads the
-  target's params and encoding);
+  target's params and encoding; optionally an early exit of its own, trained by
+  `python -m specjax.train_draft --kind layerskip`);
 - `medusa`: K heads on the target's last hidden state (chains and Medusa trees; trained
   by `python -m specjax.train_draft`);
 - `eagle`: one decoder layer that drafts the target's next hidden state from its last
