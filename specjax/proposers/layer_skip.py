@@ -50,12 +50,15 @@ def exit_params(tree: dict) -> dict:
 
 
 def overlay(base: dict, top: dict) -> dict:
-  """`base` with the leaves of `top` (a tree of the same nesting) in place of its own."""
+  """`base` with the leaves of `top` (a tree of the same nesting) in place of its own, each
+  in the dtype of the leaf it replaces (a bfloat16 exit over float32 params is cast once
+  here, not promoted in every draft step's matmul)."""
   if not top:
     return base
   out = dict(base)
   for key, value in top.items():
-    out[key] = overlay(base[key], value) if isinstance(value, Mapping) else value
+    out[key] = (overlay(base[key], value) if isinstance(value, Mapping) else
+                value.astype(base[key].dtype))
   return out
 
 
