@@ -240,3 +240,48 @@ def test_format_text_of_hand_made_cells():
       'against the bigram\'s 1.25 and +1.25 (1.71x) against the draft model\'s 1.75.',
       'man-page summaries, T=1, gamma 4: `copy` yields 2.00 tokens per target call, +1.00 '
       'against the bigram\'s 1.00 and +1.00 (2.00x) against the draft model\'s 1.00.'])
+
+
+def test_a_table_merged_from_runs_names_each_runs_date_and_tasks():
+  result = {'machine': {'date': '2026-12-01'},
+            'tasks': [{'task': 'ende'}, {'task': 'manpages'},
+                      {'task': 'manlm', 'date': '2026-12-03'}]}
+  assert paper_report.run_dates(result) == (
+      '2026-12-01 (EnDe (gettext messages), man-page summaries) and 2026-12-03 (man-page '
+      'continuation (decoder-only))')
+  del result['tasks'][2]['date']
+  assert paper_report.run_dates(result) == '2026-12-01'
+
+
+def _merge_script():
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'scripts',
+                      'paper_table_merge.py')
+  spec = importlib.util.spec_from_file_location('paper_table_merge', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_a_run_of_one_task_replaces_that_task_of_the_table_and_keeps_the_others(tmp_path):
+  merge = _merge_script()
+  settings = {'gammas': [2, 4], 'temperatures': [0.0, 1.0], 'batch_size': 1,
+              'max_decode_len': 48, 'rounds': 3}
+  table = dict(settings, machine={'date': '2026-12-01'},
+               tasks=[{'task': 'ende'}, {'task': 'manlm', 'old': True}],
+               cells=[{'task': 'ende', 'n': 1}, {'task': 'manlm', 'n': 2}])
+  run = dict(settings, machine={'date': '2026-12-03'}, tasks=[{'task': 'manlm'}],
+             cells=[{'task': 'manlm', 'n': 3}])
+  (tmp_path / 'table.json').write_text(json.dumps(table))
+  (tmp_path / 'run.json').write_text(json.dumps(run))
+  assert merge.main([str(tmp_path / 'run.json'), '--json', str(tmp_path / 'table.json')]) == 0
+  merged = json.loads((tmp_path / 'table.json').read_text())
+  assert merged['tasks'] == [{'task': 'ende', 'date': '2026-12-01'},
+                             {'task': 'manlm', 'date': '2026-12-03'}]
+  assert merged['cells'] == [{'task': 'ende', 'n': 1}, {'task': 'manlm', 'n': 3}]
+  (tmp_path / 'run.json').write_text(json.dumps(dict(run, rounds=1)))
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    assert merge.main([str(tmp_path / 'run.json'), '--json', str(tmp_path / 'table.json')]) == 1
+  assert err.getvalue() == ('error: the run differs from the table in rounds; rerun it with '
+                            'the table\'s settings\n')

@@ -27,8 +27,8 @@ class BenchConfig:
 
   draft: str = flag('demo_draft', 'registry name or checkpoint directory')
   input: Optional[str] = flag(None, 'JSONL with "inputs" or "en" fields, or plain lines '
-                              '(default: the test split of a bundled pair, demo_* or '
-                              'manpages_*)')
+                              '(default: the test split of a bundled pair, demo_*, '
+                              'manpages_* or manlm_*)')
   num_examples: int = flag(64, '')
   select: str = flag('first', 'which --num-examples lines of --input: the first, or the '
                      'longest (longer outputs lose less to the last block, which ends inside '
@@ -69,9 +69,10 @@ class BenchConfig:
   paper_table: bool = flag(False, 'run the table instead of the gamma sweep '
                            '(docs/paper_table.md); --json, --markdown and --plot write it',
                            group=_TABLE)
-  paper_tasks: str = flag('ende,manpages', 'bundled tasks (ende, manpages: their own pairs and '
-                          'test splits) or NAME=FILE (--target and --draft on FILE; NAME ende '
-                          'is translated, any other summarised)', group=_TABLE)
+  paper_tasks: str = flag('ende,manpages,manlm', 'bundled tasks (ende, manpages, manlm: their '
+                          'own pairs and test splits; manlm is decoder-only) or NAME=FILE '
+                          '(--target and --draft on FILE; NAME ende is translated, any other '
+                          'summarised)', group=_TABLE)
   paper_drafts: str = flag(','.join(DEFAULT_DRAFTS), '"model" is the task\'s draft '
                            'model (--draft for NAME=FILE); other model names add draft models, '
                            'e.g. model,t5_base,t5_large,copy', group=_TABLE)

@@ -24,9 +24,10 @@ from specjax.bench import report
 from specjax.bench import rows as bench_rows
 from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS
 from specjax.core.sampling import SamplingConfig
-from specjax.demo.demo_tasks import DEMO_TASKS
+from specjax.demo.demo_tasks import DEMO_TASKS, TABLE_TASKS
 from specjax.job import drafts as draft_specs
 from specjax.job.inputs import pad_to_bucket, tokenize
+from specjax.models.lm_config import LMConfig
 
 # The draft spec that stands for the task's own draft model.
 MODEL = 'model'
@@ -56,8 +57,11 @@ class TaskRun:
   source: str
 
 
-def paper_task(task: str) -> str:
-  """The paper's task a task stands for: EnDe for translation, CNN/DM for summaries."""
+def paper_task(task: str) -> Optional[str]:
+  """The paper's task a task stands for: EnDe for translation, CNN/DM for summaries, none
+  for the decoder-only continuation (the paper's table is T5's)."""
+  if task == 'manlm':
+    return None
   return 'ende' if task == 'ende' else 'cnndm'
 
 
@@ -105,10 +109,13 @@ def bundled_run(name: str, specs: Sequence[str], num_examples: int, max_input_le
                 ) -> TaskRun:
   """A task of the bundled pairs (`specjax.demo.demo_tasks`): its pair, bigram table and
   test split."""
-  task = DEMO_TASKS[name]
+  task = TABLE_TASKS[name]
   load = lambda n: checkpoints.load_model(n, DEFAULT_CHECKPOINTS[n])
   target, tp = load(task.target.name)
-  vocab = checkpoints.load_vocab(task.path('spm.model'))
+  if isinstance(task.target, LMConfig):  # prompts as the tokenizer encodes them, no EOS
+    vocab = checkpoints.load_tokenizer(task.vocab, target)
+  else:
+    vocab = checkpoints.load_vocab(task.vocab)
   drafts = resolve_drafts(specs, target, task.target.name, task.draft.name, load,
                           task.path('bigram.npz'))
   texts = read_inputs(task.path('test.jsonl'), task.prefix, num_examples)
@@ -153,11 +160,11 @@ def runs_from_args(args) -> List[TaskRun]:
     name, _, path = item.partition('=')
     if path:
       runs.append(external_run(name, path, specs, args))
-    elif name in DEMO_TASKS:
+    elif name in TABLE_TASKS:
       runs.append(bundled_run(name, specs, args.num_examples, args.max_input_len))
     else:
       raise ValueError(f'--paper-tasks: {name!r} is not a bundled task '
-                       f'({", ".join(DEMO_TASKS)}); pass NAME=FILE for your own inputs')
+                       f'({", ".join(TABLE_TASKS)}); pass NAME=FILE for your own inputs')
   return runs
 
 

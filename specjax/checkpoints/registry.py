@@ -10,6 +10,8 @@ ASSETS = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'assets', 'dem
 DEMO_PREFIX = 'translate English to German: '
 # The bundled man-page summarisation pair (specjax.demo.manpages).
 MANPAGES_ASSETS = os.path.join(os.path.dirname(ASSETS), 'manpages')
+# The bundled decoder-only pair: man-page continuation (specjax.demo.continuation).
+MANLM_ASSETS = os.path.join(os.path.dirname(ASSETS), 'manlm')
 _GCS_T5X = 'gs://t5-data/pretrained_models/t5x'
 # Registry names with a public checkpoint or a bundled one (None: the model has none).
 DEFAULT_CHECKPOINTS = {
@@ -17,6 +19,8 @@ DEFAULT_CHECKPOINTS = {
     'demo_draft': os.path.join(ASSETS, 'draft'),
     'manpages_target': os.path.join(MANPAGES_ASSETS, 'target'),
     'manpages_draft': os.path.join(MANPAGES_ASSETS, 'draft'),
+    'manlm_target': os.path.join(MANLM_ASSETS, 'target'),
+    'manlm_draft': os.path.join(MANLM_ASSETS, 'draft'),
     **{f't5_{s}': f'{_GCS_T5X}/t5_1_1_{s}/checkpoint_1000000'
        for s in ('small', 'base', 'large', 'xl', 'xxl')},
     't5_1_0_small': f'{_GCS_T5X}/t5_small/checkpoint_1000000',
@@ -53,6 +57,9 @@ BUNDLED = {
     'manpages_': Bundled(os.path.join(MANPAGES_ASSETS, 'spm.model'), MANPAGES_PREFIX,
                          os.path.join(MANPAGES_ASSETS, 'samples.jsonl'),
                          os.path.join(MANPAGES_ASSETS, 'test.jsonl')),
+    'manlm_': Bundled(os.path.join(MANPAGES_ASSETS, 'spm.model'), '',
+                      os.path.join(MANLM_ASSETS, 'samples.jsonl'),
+                      os.path.join(MANLM_ASSETS, 'test.jsonl')),
 }
 
 

@@ -1,14 +1,16 @@
 """The bundled pairs' tasks: where each one's data, vocabulary and weights live, its
 models, input form and training shapes, as `scripts/train_demo.py --task` and
-`python -m specjax.bench --paper-table` read them."""
+`python -m specjax.bench --paper-table` read them. `DEMO_TASKS` are the T5 pairs';
+`TABLE_TASKS` adds the decoder-only pair's (`MANLM`, trained by `scripts/train_manlm.py`)."""
 from __future__ import annotations
 
 import dataclasses
 import os
 from typing import Callable, List, Tuple
 
-from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
-from specjax.demo import corpus, manpages
+from specjax.checkpoints.registry import ASSETS, MANLM_ASSETS, MANPAGES_ASSETS
+from specjax.demo import continuation, corpus, manpages
+from specjax.models.lm_config import LMConfig, manlm_draft, manlm_target
 from specjax.models.t5_config import (T5Config, demo_draft, demo_target, manpages_draft,
                                       manpages_target)
 
@@ -53,6 +55,39 @@ class DemoTask:
     """A file or folder of the bundled pair's assets."""
     return os.path.join(self.assets, name)
 
+  @property
+  def vocab(self) -> str:
+    """The pair's SentencePiece model."""
+    return self.path('spm.model')
+
+
+@dataclasses.dataclass(frozen=True)
+class LMTask:
+  """The decoder-only pair's task: continue a text from its first words.
+
+  Attributes:
+    name: 'manlm'.
+    title: how reports name the task.
+    prefix: '' (prompts are the texts' first words as they are).
+    assets: the pair's folder (target/, draft/, bigram.npz, test.jsonl, MODEL_CARD.md).
+    vocab: its SentencePiece model (the man-page pair's).
+    target, draft: the pair's configs.
+    max_decode_len: new tokens allowed when continuing the test prompts.
+  """
+
+  name: str
+  title: str
+  prefix: str
+  assets: str
+  vocab: str
+  target: LMConfig
+  draft: LMConfig
+  max_decode_len: int
+
+  def path(self, name: str) -> str:
+    """A file or folder of the bundled pair's assets."""
+    return os.path.join(self.assets, name)
+
 
 ENDE = DemoTask(
     name='ende', title='EnDe (gettext messages)', metric='bleu', prefix=corpus.TASK_PREFIX,
@@ -65,3 +100,8 @@ MANPAGES = DemoTask(
     target=manpages_target, draft=manpages_draft, buckets='32:16:128,64:24:64,128:24:32',
     max_decode_len=32, load_pairs=manpages.load_pairs, reference_field='summary')
 DEMO_TASKS = {t.name: t for t in (ENDE, MANPAGES)}
+MANLM = LMTask(
+    name='manlm', title='man-page continuation (decoder-only)', prefix='',
+    assets=MANLM_ASSETS, vocab=MANPAGES.vocab, target=manlm_target, draft=manlm_draft,
+    max_decode_len=continuation.MAX_DECODE_LEN)
+TABLE_TASKS = {**DEMO_TASKS, MANLM.name: MANLM}

@@ -15,7 +15,7 @@ class TrainDraftConfig:
 
   target: str = flag('demo_target', 'target registry name or checkpoint directory (frozen)')
   target_checkpoint: Optional[str] = flag(None, 'checkpoint of the target (default: bundled '
-                                          'for demo_*)')
+                                          'for demo_*, manpages_*, manlm_*)')
   vocab: Optional[str] = flag(None, 'SentencePiece model of the target (default: the '
                               'registry\'s or the checkpoint\'s)')
   kind: str = flag('medusa', 'what to train: medusa, K heads on the target\'s last hidden '

@@ -39,24 +39,27 @@ class DecodeConfig:
   """Everything one decode run needs; each field is the flag of the same name."""
 
   target: str = flag('demo_target', 'target registry name (demo_target, t5_xxl, t5_1_0_11b, '
-                     '...) or checkpoint directory (a Hugging Face Llama, GPT-2 or T5 '
-                     'directory, T5X, orbax)')
-  draft: str = flag('demo_draft', 'draft registry name (demo_draft, t5_small, ...) or '
-                    'checkpoint directory; copy: copy from the input; bigram: the target\'s '
-                    'bigram table (bundled for demo_target, else --draft-checkpoint '
-                    'TABLE.npz); copy+NAME: copy where the output repeats the input, the '
-                    'model NAME elsewhere; layerskip:M: the target\'s own first M decoder '
-                    'layers (no draft model; layerskip:PATH: with the early exit train_draft '
-                    '--kind layerskip trained); medusa:PATH: Medusa heads trained by python -m '
-                    'specjax.train_draft (medusa: the ones bundled for demo_target and '
-                    'manpages_target); eagle:PATH: an EAGLE head trained the same way, for T5 '
-                    'and decoder-only targets (eagle: the bundled ones)')
+                     'manlm_target: the bundled decoder-only pair\'s, ...) or checkpoint '
+                     'directory (a Hugging Face Llama, GPT-2 or T5 directory, T5X, orbax)')
+  draft: str = flag('demo_draft', 'draft registry name (demo_draft, t5_small, manlm_draft, '
+                    '...) or checkpoint directory; copy: copy from the input; bigram: the '
+                    'target\'s bigram table (bundled for the bundled targets, else '
+                    '--draft-checkpoint TABLE.npz); copy+NAME: copy where the output repeats '
+                    'the input, the model NAME elsewhere; layerskip:M: the target\'s own first '
+                    'M decoder layers (no draft model; layerskip:PATH: with the early exit '
+                    'train_draft --kind layerskip trained); medusa:PATH: Medusa heads trained '
+                    'by python -m specjax.train_draft (medusa: the ones bundled for '
+                    'demo_target, manpages_target and manlm_target); eagle:PATH: an EAGLE '
+                    'head trained the same way, for T5 and decoder-only targets (eagle: the '
+                    'bundled ones)')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
-                                          'the target (default: bundled for demo_*, the '
-                                          'public T5X one on GCS for t5_*)')
+                                          'the target (default: bundled for demo_*, '
+                                          'manpages_* and manlm_*, the public T5X one on '
+                                          'GCS for t5_*)')
   draft_checkpoint: Optional[str] = flag(None, 'checkpoint of the draft (defaults as above)')
   vocab: Optional[str] = flag(None, 'SentencePiece model or tokenizer.json (default: '
-                              'bundled for demo_*, the tokenizer in a checkpoint directory, '
+                              'bundled for demo_*, manpages_* and manlm_*, the tokenizer in a '
+                              'checkpoint directory, '
                               'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model '
                               'for t5_*)')
   draft_vocab: Optional[str] = flag(None, 'the draft\'s vocabulary, if stored apart; it must '

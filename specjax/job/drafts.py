@@ -9,17 +9,17 @@
   `layerskip:PATH`: the same with the early exit `python -m specjax.train_draft --kind
   layerskip` trained (M is its own);
 - `medusa:PATH`: Medusa heads on the target's hidden states (`specjax.proposers.medusa`),
-  trained by `python -m specjax.train_draft`; `medusa`: the heads bundled for demo_target
-  and manpages_target;
+  trained by `python -m specjax.train_draft`; `medusa`: the heads bundled for demo_target,
+  manpages_target and manlm_target;
 - `eagle:PATH`: an EAGLE head (`specjax.proposers.eagle`), trained the same way; `eagle`:
-  the ones bundled for demo_target and manpages_target.
+  the ones bundled for demo_target, manpages_target and manlm_target.
 """
 from __future__ import annotations
 
 import os
 from typing import Callable, Optional, Tuple
 
-from specjax.checkpoints.registry import ASSETS, MANPAGES_ASSETS
+from specjax.checkpoints.registry import ASSETS, MANLM_ASSETS, MANPAGES_ASSETS
 from specjax.drafting import heads_io
 from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
@@ -28,13 +28,16 @@ from specjax.proposers.layer_skip import LayerSkip
 
 # The bigram table of each registry target that ships one.
 DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
-                   'manpages_target': os.path.join(MANPAGES_ASSETS, 'bigram.npz')}
+                   'manpages_target': os.path.join(MANPAGES_ASSETS, 'bigram.npz'),
+                   'manlm_target': os.path.join(MANLM_ASSETS, 'bigram.npz')}
 # The Medusa heads of each registry target that ships them.
 DEFAULT_MEDUSA = {'demo_target': os.path.join(ASSETS, 'medusa'),
-                  'manpages_target': os.path.join(MANPAGES_ASSETS, 'medusa')}
+                  'manpages_target': os.path.join(MANPAGES_ASSETS, 'medusa'),
+                  'manlm_target': os.path.join(MANLM_ASSETS, 'medusa')}
 # The EAGLE head of each registry target that ships one.
 DEFAULT_EAGLE = {'demo_target': os.path.join(ASSETS, 'eagle'),
-                 'manpages_target': os.path.join(MANPAGES_ASSETS, 'eagle')}
+                 'manpages_target': os.path.join(MANPAGES_ASSETS, 'eagle'),
+                 'manlm_target': os.path.join(MANLM_ASSETS, 'eagle')}
 COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa'
 EAGLE = 'eagle'
 # The drafts trained by python -m specjax.train_draft: their bundled checkpoints.

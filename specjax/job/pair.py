@@ -13,7 +13,7 @@ from typing import Optional
 import jax
 
 from specjax import checkpoints
-from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, T5_VOCAB, bundled
+from specjax.checkpoints.registry import BUNDLED, DEFAULT_CHECKPOINTS, T5_VOCAB, bundled
 from specjax.job import drafts
 from specjax.models.lm import CausalLM
 from specjax.models.lm_config import LM_CONFIGS
@@ -76,12 +76,13 @@ def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=axis_rules.ST
 
 
 def _vocab(job, model, checkpoint: str, given: Optional[str], target: bool = True):
-  """The vocabulary of a model: a decoder-only model's tokenizer (--vocab, else the one in
-  its checkpoint directory), a T5's SentencePiece model (--vocab, else the one that ships
-  with a bundled pair (demo_*, manpages_*), spiece.model in a Hugging Face directory, else
-  the public T5 one)."""
+  """The vocabulary of a model: a decoder-only model's tokenizer (--vocab, else the one a
+  bundled pair (manlm_*) ships with, else the one in its checkpoint directory), a T5's
+  SentencePiece model (--vocab, else the one that ships with a bundled pair (demo_*,
+  manpages_*), spiece.model in a Hugging Face directory, else the public T5 one)."""
   if isinstance(model, CausalLM):
-    return checkpoints.load_tokenizer(given or checkpoint, model)
+    pair = bundled(job.target) if target and not job.target_checkpoint else None
+    return checkpoints.load_tokenizer(given or (pair.vocab if pair else checkpoint), model)
   pair = bundled(job.target) if target and not job.target_checkpoint else None
   if given:
     vocab = checkpoints.load_vocab(given)
@@ -130,8 +131,10 @@ def load_pair(job, mesh=None):
       raise ValueError(f'the draft vocabulary {job.draft_vocab} differs from the target\'s '
                        f'{vocab.path}; speculative decoding needs one shared vocabulary')
   if loaded and isinstance(target, CausalLM) != isinstance(loaded['model'], CausalLM):
+    own = next((f'{p}draft' for p in BUNDLED if job.target == f'{p}target'), None)
     raise ValueError('the target and the draft must both be decoder-only or both be T5; '
-                     'pick a draft of the target\'s kind')
+                     'pick a draft of the target\'s kind'
+                     + (f' (--draft {own})' if own else ''))
   if loaded and target.vocab_size != loaded['model'].vocab_size:
     raise ValueError(f'the draft {loaded["name"]} has {loaded["model"].vocab_size} logits '
                      f'but the target {job.target} has {target.vocab_size}; pick a draft trained on the '

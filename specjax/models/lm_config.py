@@ -131,6 +131,14 @@ llama_tiny = LMConfig(name='llama_tiny', vocab_size=32, emb_dim=32, num_heads=4,
                       num_kv_heads=2, head_dim=8, num_layers=2, mlp_dim=64)
 llama_tiny_draft = LMConfig(name='llama_tiny_draft', vocab_size=32, emb_dim=16, num_heads=2,
                             num_kv_heads=1, head_dim=8, num_layers=1, mlp_dim=32)
+# The bundled decoder-only pair (man-page continuation, `specjax.demo.continuation`): the
+# man-page pair's 2000-piece vocabulary, logits padded to 2048; no BOS, pad 0, eos 1.
+manlm_target = LMConfig(name='manlm_target', vocab_size=2048, emb_dim=256, num_heads=4,
+                        num_kv_heads=2, head_dim=64, num_layers=4, mlp_dim=704,
+                        tie_embeddings=True, max_len=256)
+manlm_draft = LMConfig(name='manlm_draft', vocab_size=2048, emb_dim=128, num_heads=2,
+                       num_kv_heads=1, head_dim=64, num_layers=1, mlp_dim=384,
+                       tie_embeddings=True, max_len=256)
 
 LM_CONFIGS: Dict[str, LMConfig] = {c.name: c for c in (
-    llama3_8b, llama3_2_1b, gpt2, llama_tiny, llama_tiny_draft)}
+    llama3_8b, llama3_2_1b, gpt2, llama_tiny, llama_tiny_draft, manlm_target, manlm_draft)}
