@@ -52,7 +52,7 @@ def test_python_m_bench_runs_main_and_exits_with_its_code():
       capture_output=True, text=True, timeout=600)
   assert proc.returncode == 2 and proc.stdout == ''
   assert proc.stderr.strip() == (
-      "error: --paper-tasks: 'nosuch' is not a bundled task (ende, manpages); pass "
+      "error: --paper-tasks: 'nosuch' is not a bundled task (ende, manpages, manlm); pass "
       'NAME=FILE for your own inputs')
 
 
