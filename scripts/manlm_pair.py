@@ -15,7 +15,6 @@ it is already there), and each head gets its MODEL_CARD.md.
 """
 from __future__ import annotations
 
-import gc
 import os
 import sys
 
@@ -24,8 +23,6 @@ import layer_skip  # pylint: disable=wrong-import-position
 import medusa_heads  # pylint: disable=wrong-import-position  # sets XLA flags
 import proposer_trees  # pylint: disable=wrong-import-position
 import tree_tokens_per_call as sweep  # pylint: disable=wrong-import-position
-
-import jax  # pylint: disable=wrong-import-position
 
 from specjax.core import decoder  # pylint: disable=wrong-import-position
 from specjax.drafting import heads_io  # pylint: disable=wrong-import-position
@@ -49,14 +46,6 @@ def parse_args(argv=None):
   return p.parse_args(argv)
 
 
-def drop_programs() -> None:
-  """Drops the compiled programs: XLA:CPU maps about 500 memory regions per cached
-  decode, and one process that keeps every proposer's programs reaches vm.max_map_count."""
-  jax.clear_caches()
-  getattr(decoder.build, 'cache_clear', lambda: None)()
-  gc.collect()
-
-
 def run_task(task: str, args) -> tuple:
   """The rows of every draft of the pair, and {'c': each one's cost, 'heads': the heads'
   draft.json by kind}."""
@@ -70,7 +59,7 @@ def run_task(task: str, args) -> tuple:
   rows = []
   for spec, proposer in proposers.items():
     rows += proposer_trees.decode_rows(task, target, tp, inputs, {spec: proposer}, args)
-    drop_programs()
+    decoder.drop_programs()  # one process keeping them all reaches vm.max_map_count
   heads = {kind: heads_io.load_heads(drafts.TRAINED[kind][name])[0]
            for kind in ('eagle', 'medusa')}
   specs = ['model' if s == 'manlm_draft' else s for s in SHAPES if s != 'copy']

@@ -50,7 +50,6 @@ from specjax.checkpoints.registry import BUNDLED, DEFAULT_CHECKPOINTS  # pylint:
 from specjax.core.figures import decode_figures  # pylint: disable=wrong-import-position
 from specjax.core.sampling import SamplingConfig  # pylint: disable=wrong-import-position
 from specjax.job.inputs import pad_to_bucket, tokenize  # pylint: disable=wrong-import-position
-from specjax.models.lm import CausalLM  # pylint: disable=wrong-import-position
 
 TASKS = {'ende': 'demo_', 'manpages': 'manpages_', 'manlm': 'manlm_'}
 STATIC = {8: '4,1;2,1,1,1',
@@ -104,9 +103,7 @@ def load_task(task: str, num: int):
   with open(pair.test, encoding='utf-8') as f:
     records = [json.loads(line) for line in f if line.strip()][:num]
   texts = [pair.prefix + r['en'] if 'en' in r else r['inputs'] for r in records]
-  vocab = (checkpoints.load_tokenizer(pair.vocab, target) if isinstance(target, CausalLM)
-           else checkpoints.load_vocab(pair.vocab))  # decoder-only prompts have no EOS
-  inputs = tokenize(vocab, texts, 64, True)[0]
+  inputs = tokenize(checkpoints.prompt_vocabulary(pair.vocab, target), texts, 64, True)[0]
   return target, tp, draft, dp, pad_to_bucket(inputs)
 
 

@@ -18,7 +18,6 @@ if '--xla_cpu_use_fusion_emitters' not in os.environ.get('XLA_FLAGS', ''):
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_cpu_use_fusion_emitters=false').strip()
 
-import gc  # pylint: disable=wrong-import-position
 import tempfile  # pylint: disable=wrong-import-position
 
 import jax  # pylint: disable=wrong-import-position
@@ -65,9 +64,7 @@ def compiled_programs_within_the_map_limit():
   yield
   if _memory_maps() > _map_limit() // 2:
     from specjax.core import decoder  # pylint: disable=import-outside-toplevel
-    jax.clear_caches()
-    getattr(decoder.build, 'cache_clear', lambda: None)()
-    gc.collect()
+    decoder.drop_programs()
 
 
 @pytest.fixture(autouse=True)

@@ -27,7 +27,6 @@ from specjax.core.sampling import SamplingConfig
 from specjax.demo.demo_tasks import DEMO_TASKS, TABLE_TASKS
 from specjax.job import drafts as draft_specs
 from specjax.job.inputs import pad_to_bucket, tokenize
-from specjax.models.lm_config import LMConfig
 
 # The draft spec that stands for the task's own draft model.
 MODEL = 'model'
@@ -112,10 +111,7 @@ def bundled_run(name: str, specs: Sequence[str], num_examples: int, max_input_le
   task = TABLE_TASKS[name]
   load = lambda n: checkpoints.load_model(n, DEFAULT_CHECKPOINTS[n])
   target, tp = load(task.target.name)
-  if isinstance(task.target, LMConfig):  # prompts as the tokenizer encodes them, no EOS
-    vocab = checkpoints.load_tokenizer(task.vocab, target)
-  else:
-    vocab = checkpoints.load_vocab(task.vocab)
+  vocab = checkpoints.prompt_vocabulary(task.vocab, target)
   drafts = resolve_drafts(specs, target, task.target.name, task.draft.name, load,
                           task.path('bigram.npz'))
   texts = read_inputs(task.path('test.jsonl'), task.prefix, num_examples)

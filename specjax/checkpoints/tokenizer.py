@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
+from specjax.checkpoints.vocab import load_vocab
+from specjax.models.lm import CausalLM
+
 TOKENIZER_FILES = ('tokenizer.json', 'tokenizer.model')
 
 
@@ -100,6 +103,15 @@ def find_tokenizer(directory: str) -> Optional[str]:
     if os.path.isfile(path):
       return path
   return None
+
+
+def prompt_vocabulary(path: str, model):
+  """The vocabulary that encodes `model`'s inputs from the file at `path`: a decoder-only
+  model's tokenizer (prompts without EOS, the model's own ids), else a T5 SentencePiece
+  `Vocabulary` (inputs EOS-terminated)."""
+  if isinstance(model, CausalLM):
+    return load_tokenizer(path, model)
+  return load_vocab(path)
 
 
 def load_tokenizer(path: str, model) -> Tokenizer:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 from typing import Any, Optional
 
 import jax
@@ -208,6 +209,19 @@ class Decoder:
             jax.device_put(rng, sh['rng']),
             jax.tree.map(_place, sampling, sh['sampling']))
     return p, args
+
+
+def drop_programs() -> None:
+  """Drops every compiled program: jax's caches and the Decoders `build` keeps.
+
+  XLA:CPU maps about 500 memory regions per compiled decode and keeps them while the
+  program is cached, so a process that compiles a few hundred decodes reaches
+  vm.max_map_count (65530 by default) and dies in its next compile. A long-running
+  process (a test worker, a measurement script) calls this between its parts.
+  """
+  jax.clear_caches()
+  getattr(build, 'cache_clear', lambda: None)()  # a test may have replaced build
+  gc.collect()
 
 
 @functools.lru_cache(maxsize=128)

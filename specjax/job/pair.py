@@ -80,10 +80,9 @@ def _vocab(job, model, checkpoint: str, given: Optional[str], target: bool = Tru
   bundled pair (manlm_*) ships with, else the one in its checkpoint directory), a T5's
   SentencePiece model (--vocab, else the one that ships with a bundled pair (demo_*,
   manpages_*), spiece.model in a Hugging Face directory, else the public T5 one)."""
-  if isinstance(model, CausalLM):
-    pair = bundled(job.target) if target and not job.target_checkpoint else None
-    return checkpoints.load_tokenizer(given or (pair.vocab if pair else checkpoint), model)
   pair = bundled(job.target) if target and not job.target_checkpoint else None
+  if isinstance(model, CausalLM):
+    return checkpoints.load_tokenizer(given or (pair.vocab if pair else checkpoint), model)
   if given:
     vocab = checkpoints.load_vocab(given)
     if pair and vocab.serialized() != checkpoints.load_vocab(
