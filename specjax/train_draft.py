@@ -70,6 +70,32 @@ def _inputs(cfg: TrainDraftConfig, examples: list, vocab):
   return ids[:, :width]
 
 
+# What a run's decodes and checkpoints depend on: a rerun in its --workdir repeats them.
+RUN_SETTINGS = ('kind', 'target', 'target_checkpoint', 'draft', 'layers', 'heads',
+                'eagle_passes', 'max_examples', 'max_input_len', 'max_decode_len', 'steps',
+                'batch_size', 'learning_rate', 'warmup_steps', 'seed')
+
+
+def check_workdir(cfg: TrainDraftConfig) -> None:
+  """Records the run's settings in --workdir (train_draft.json), or refuses a rerun there
+  with other settings, which would resume another run's checkpoints."""
+  settings = {k: getattr(cfg, k) for k in RUN_SETTINGS}
+  path = os.path.join(cfg.workdir, 'train_draft.json')
+  if os.path.exists(path):
+    with open(path, encoding='utf-8') as f:
+      saved = json.load(f)
+    changed = [k for k in RUN_SETTINGS if k in saved and saved[k] != settings[k]]
+    if changed:
+      was = ', '.join(f'--{k.replace("_", "-")} {saved[k]} (now {settings[k]})'
+                      for k in changed)
+      raise ValueError(f'{cfg.workdir} holds a run started with other settings: {was}; '
+                       'rerun with them to resume it, or pass another --workdir')
+    return
+  os.makedirs(cfg.workdir, exist_ok=True)
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(settings, f, indent=1)
+
+
 def run(cfg: TrainDraftConfig) -> dict:
   """Decodes, trains and writes the heads; returns the summary."""
   output = cfg.output or os.path.join(cfg.workdir, 'heads')
@@ -85,8 +111,12 @@ def run(cfg: TrainDraftConfig) -> dict:
     raise ValueError('--layers M is the early exit\'s: pass --kind layerskip with --layers M '
                      '(the target\'s first M decoder layers draft)' if cfg.kind == 'layerskip'
                      else f'--layers is for --kind layerskip; drop it for --kind {cfg.kind}')
+  if cfg.eagle_passes < 1 or (cfg.eagle_passes > 1 and cfg.kind != 'eagle'):
+    raise ValueError(f'--eagle-passes is the EAGLE head\'s (an integer >= 1); got '
+                     f'{cfg.eagle_passes} with --kind {cfg.kind}')
   if cfg.kind == 'distill' and draft_name is None:
     raise ValueError('--kind distill needs the draft model to distil: pass --draft NAME')
+  check_workdir(cfg)
   job = DecodeConfig(target=cfg.target, target_checkpoint=cfg.target_checkpoint,
                      vocab=cfg.vocab, dtype='float32',
                      draft=draft_name if cfg.kind == 'distill' else 'copy')
@@ -107,8 +137,10 @@ def run(cfg: TrainDraftConfig) -> dict:
                           save_every=cfg.save_every, seed=cfg.seed)
   config = None
   if cfg.kind == 'eagle':
-    result = eagle.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
-    sizes = {'layers': 1, 'hidden': model.width, 'final_accuracy': result['accuracy']}
+    result = eagle.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet,
+                         passes=cfg.eagle_passes)
+    sizes = {'layers': 1, 'hidden': model.width, 'passes': cfg.eagle_passes,
+             'final_accuracy': result['accuracy']}
   elif cfg.kind == 'medusa':
     result = medusa.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet)
     sizes = {'num_heads': cfg.heads, 'hidden': model.width,

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import specjax
-from specjax import decode
+from specjax import decode, train_draft
 from specjax.core import acceptance, tree, tree_accept
 from specjax.drafting import data as data_lib
 from specjax.drafting import eagle, fit, heads_io
@@ -180,6 +180,12 @@ def test_train_draft_cli_trains_a_head_that_accepts_more_and_decodes_with_it(tmp
   path = summary['output']
   meta, params = heads_io.load_heads(path)
   assert meta['kind'] == 'eagle' and meta['examples'] == 24 and meta['hidden'] == 256
+  assert meta['passes'] == 1  # the default: the target's states only
+  # A rerun in the run's directory with another setting would resume its checkpoints.
+  assert train_draft.main(args + ['--eagle-passes', '2', '--output',
+                                  str(tmp_path / 'other')]) == 2
+  err = capsys.readouterr().err.strip()
+  assert '--eagle-passes 1 (now 2)' in err and 'another --workdir' in err and '\n' not in err
   assert params['fc']['kernel'].dtype == jnp.bfloat16  # what ships is stored small
   code = decode.main(['--input', str(src), '--draft', f'eagle:{path}', '--gamma', '3',
                       '--max-decode-len', '16', '--quiet', '--json'])
@@ -252,3 +258,58 @@ def test_sampled_eagle_follows_a_decoder_only_target_on_the_first_three_tokens(
                       lambda p_x, q_x, r, q_scale=1.0: jnp.ones(p_x.shape, bool))
   broken, _ = samples()
   assert chi_square_pvalue(broken, expected) < 1e-6
+
+
+def test_a_second_pass_learns_from_the_heads_own_states(tmp_path, capsys):
+  """--eagle-passes 2: the loss is the mean of the first pass's (features: the target's f
+  at t - 1) and a second pass's whose feature at t is the first pass's g at t - 1, the
+  input of a chain step at depth 2, written out here from `EagleHead.run`; the reported
+  agreement stays the first pass's. A second pass changes the loss and its gradient."""
+  target, tp = tiny_t5(32, seed=0, logit_scale=3.0)
+  rng = np.random.default_rng(1)
+  inputs = rng.integers(3, 32, (6, 5)).astype(np.int32)
+  inputs[:, -1] = 1
+  inputs, seqs, spans = map(jnp.asarray, data_lib.target_decodes(
+      target, tp, inputs, str(tmp_path / 'decodes'), 6, chunk=8, progress=False))
+  head = EagleHead(target)
+  own = head.init(jax.random.PRNGKey(3))
+  one, acc_one = eagle.loss_fn(own, head, tp, inputs, seqs, spans)
+  two, acc_two = eagle.loss_fn(own, head, tp, inputs, seqs, spans, passes=2)
+
+  batch, width = seqs.shape
+  encoded = target.encode(tp, inputs)
+  logits, _, f = target.decode(tp, encoded, target.init_cache(batch, width), seqs,
+                               jnp.zeros((batch,), jnp.int32), return_hidden=True)
+
+  def head_over(states):  # feature at t: states at t - 1 (zero at 0)
+    feats = jnp.pad(states[:, :-1], ((0, 0), (1, 0), (0, 0)))
+    g, head_logits, _ = head.run({'target': tp, 'own': own}, {'target': encoded},
+                                 head.init_cache(batch, width), seqs, feats,
+                                 jnp.zeros((batch,), jnp.int32))
+    return g, head_logits
+
+  g1, _ = head_over(f)
+  g2, logits2 = head_over(g1)
+  t = np.arange(width)[None]
+  w = ((t >= np.asarray(spans)[:, :1] - 1) & (t + 1 < np.asarray(spans)[:, 1:])).astype(
+      np.float32)
+  d = np.abs(np.asarray(g2 - f))
+  smooth = np.where(d < 1, 0.5 * d * d, d - 0.5).mean(-1)
+  cross = -(np.asarray(jax.nn.softmax(logits)) *
+            np.asarray(jax.nn.log_softmax(logits2))).sum(-1)
+  second = ((smooth * w).sum() + 0.1 * (cross * w).sum()) / w.sum()
+  assert float(two) == pytest.approx((float(one) + second) / 2, rel=1e-4)
+  assert abs(second - float(one)) > 1e-3  # the second pass read other features
+  assert float(acc_two) == float(acc_one)
+  grads = [jax.grad(lambda o, p=p: eagle.loss_fn(o, head, tp, inputs, seqs, spans,
+                                                  passes=p)[0])(own) for p in (1, 2)]
+  assert not np.allclose(grads[0]['fc']['kernel'], grads[1]['fc']['kernel'])
+  with pytest.raises(ValueError, match='passes must be >= 1'):
+    eagle.train(head, tp, (inputs, seqs, spans), str(tmp_path / 'w'), fit.Training(steps=1),
+                progress=False, passes=0)
+  src = tmp_path / 'in.txt'
+  src.write_text('a line\n')
+  assert train_draft.main(['--kind', 'medusa', '--eagle-passes', '2', '--input', str(src),
+                           '--workdir', str(tmp_path / 'm')]) == 2
+  err = capsys.readouterr().err.strip()
+  assert "--eagle-passes is the EAGLE head's" in err and '\n' not in err

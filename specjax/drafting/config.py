@@ -37,6 +37,10 @@ class TrainDraftConfig:
                     '(--kind medusa)')
   layers: Optional[int] = flag(None, 'the target\'s first M decoder layers that draft '
                                '(--kind layerskip)')
+  eagle_passes: int = flag(1, 'passes of the EAGLE head over each training sequence: pass k '
+                           '> 1 reads the head\'s own states of pass k - 1 for the '
+                           'target\'s, as a draft at depth k does (EAGLE-3\'s training-time '
+                           'test, approximated; --kind eagle)')
   steps: int = flag(1000, 'optimizer steps')
   batch_size: int = flag(32, 'sequences per step')
   learning_rate: float = flag(1e-3, 'peak learning rate (Adam, warmup then cosine decay)')
