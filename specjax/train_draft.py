@@ -76,9 +76,10 @@ RUN_SETTINGS = ('kind', 'target', 'target_checkpoint', 'draft', 'layers', 'heads
                 'batch_size', 'learning_rate', 'warmup_steps', 'seed')
 
 
-def check_workdir(cfg: TrainDraftConfig) -> None:
-  """Records the run's settings in --workdir (train_draft.json), or refuses a rerun there
-  with other settings, which would resume another run's checkpoints."""
+def check_workdir(cfg: TrainDraftConfig, record: bool = False) -> None:
+  """Refuses a rerun in --workdir with other settings than its train_draft.json, which
+  would resume another run's checkpoints; with `record`, writes that file where it is
+  missing (when the training starts: a run that failed before leaves none)."""
   settings = {k: getattr(cfg, k) for k in RUN_SETTINGS}
   path = os.path.join(cfg.workdir, 'train_draft.json')
   if os.path.exists(path):
@@ -90,10 +91,10 @@ def check_workdir(cfg: TrainDraftConfig) -> None:
                       for k in changed)
       raise ValueError(f'{cfg.workdir} holds a run started with other settings: {was}; '
                        'rerun with them to resume it, or pass another --workdir')
-    return
-  os.makedirs(cfg.workdir, exist_ok=True)
-  with open(path, 'w', encoding='utf-8') as f:
-    json.dump(settings, f, indent=1)
+  elif record:
+    os.makedirs(cfg.workdir, exist_ok=True)
+    with open(path, 'w', encoding='utf-8') as f:
+      json.dump(settings, f, indent=1)
 
 
 def run(cfg: TrainDraftConfig) -> dict:
@@ -135,6 +136,7 @@ def run(cfg: TrainDraftConfig) -> dict:
   settings = fit.Training(steps=cfg.steps, batch=cfg.batch_size,
                           learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
                           save_every=cfg.save_every, seed=cfg.seed)
+  check_workdir(cfg, record=True)
   config = None
   if cfg.kind == 'eagle':
     result = eagle.train(model, tp, data, cfg.workdir, settings, progress=not cfg.quiet,
