@@ -86,28 +86,30 @@ def run_task(task: str, args) -> tuple:
 
 def markdown(rows: list, tasks: dict, command: str, args) -> str:
   lines = [SECTION, '', f'`{command}`', '',
-           'EAGLE heads trained alike but for `--eagle-passes P` (`python -m '
-           'specjax.train_draft --kind eagle --target manlm_target --input FILE --workdir '
-           'runs/passesP --max-input-len 32 --max-decode-len 32 --steps 400 '
-           '--learning-rate 5e-4 --eagle-passes P`, FILE the first 12 words of 4096 train '
-           'texts of scripts/build_manpage_corpus.py, as for the bundled head), measured on '
-           f'the first {args.num_examples} test lines, at most {args.max_decode_len} new '
-           'tokens. '
+           'EAGLE heads for `manlm_target` trained alike but for `--eagle-passes P`, the '
+           'steps S and the learning rate LR (`python -m specjax.train_draft --kind eagle '
+           '--target manlm_target --input FILE --workdir DIR --max-input-len 32 '
+           '--max-decode-len 32 --steps S --learning-rate LR --eagle-passes P`, from the '
+           'target\'s last layer; FILE the first 12 words of 4096 train texts of '
+           'scripts/build_manpage_corpus.py, as for the bundled head, which is P 1, S 1200, '
+           'LR 5e-4), measured on the first '
+           f'{args.num_examples} test lines, at most {args.max_decode_len} new tokens. '
            'Tokens per target call (hardware-free) and alpha of the best chain and the best '
            f'dynamic tree of 16 nodes; "depth i" is the chance that a greedy chain of '
            f'{DEPTH_GAMMA} has its draft at depth i accepted when the one before was. Every '
            'greedy row was identical to the target alone.', '',
-           '| task | head | passes | steps | agreement (train) | T | best chain | tok/call | '
-           'alpha | best tree | tok/call | ' + ' | '.join(
+           '| task | P | S | LR | agreement (train) | T | best chain | tok/call | alpha | '
+           'best tree | tok/call | ' + ' | '.join(
                f'depth {i + 1}' for i in range(DEPTH_GAMMA)) + ' |',
            '|' + '---|' * (11 + DEPTH_GAMMA)]
   for task, temperature, label, chain, tree in proposer_trees.best_by_group(rows):
     h = tasks[task][label]
-    shown = ' | '.join('-' if d is None else f'{d:.3f}' for d in h['depths'])
-    lines.append(f'| {task} | {label} | {h["passes"]} | {h["steps"]} | '
+    shown = (' | '.join('-' if d is None else f'{d:.3f}' for d in h['depths'])
+             if temperature == 0 else ' | '.join('-' * DEPTH_GAMMA))
+    lines.append(f'| {task} | {h["passes"]} | {h["steps"]} | {h["learning_rate"]:g} | '
                  f'{h["final_accuracy"]:.3f} | {temperature:g} | {chain["shape"]} | '
                  f'{chain["tokens_per_call"]:.2f} | {chain["alpha"]:.3f} | {tree["shape"]} | '
-                 f'{tree["tokens_per_call"]:.2f} | {shown if temperature == 0 else " | ".join("-" * DEPTH_GAMMA)} |')
+                 f'{tree["tokens_per_call"]:.2f} | {shown} |')
   return '\n'.join(lines) + '\n'
 
 
