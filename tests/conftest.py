@@ -15,7 +15,7 @@ os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
 # XLA's CPU fusion emitters (the default) take a third longer to compile a decode than its
 # older elemental emitters, which compute the same fused operations. XLA:CPU also splits
 # each program's LLVM module to compile the parts on several threads; the two test workers
-# already keep both cores busy, and one part compiles a decode a fifth faster.
+# already keep both cores busy, and one part compiles a decode a sixth faster.
 for _flag in ('--xla_cpu_use_fusion_emitters=false', '--xla_cpu_parallel_codegen_split_count=1'):
   if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + _flag).strip()

@@ -51,8 +51,8 @@ def loss_fn(own: dict, head: EagleHead, tp, inputs: jax.Array, seqs: jax.Array,
   weight = fit_lib.counted(spans, width).astype(jnp.float32)  # [B, T]
   total = jnp.maximum(jnp.sum(weight), 1.0)
   p = jax.nn.softmax(logits, -1)
-  states, loss, accuracy = f, 0.0, None
-  for _ in range(passes):
+  states, loss = f, 0.0
+  for k in range(passes):
     feats = jnp.concatenate([jnp.zeros_like(f[:, :1]), states[:, :-1]], axis=1)  # [t-1]
     g, head_logits, _ = head.run({'target': tp, 'own': own}, {'target': encoded},
                                  head.init_cache(batch, width), seqs, feats,
@@ -61,7 +61,7 @@ def loss_fn(own: dict, head: EagleHead, tp, inputs: jax.Array, seqs: jax.Array,
     cross = -jnp.sum(p * jax.nn.log_softmax(head_logits, -1), -1)
     classification = jnp.sum(cross * weight) / total
     loss = loss + (regression + CLASSIFICATION_WEIGHT * classification) / passes
-    if accuracy is None:
+    if k == 0:
       agree = (jnp.argmax(head_logits, -1) == jnp.argmax(logits, -1)).astype(jnp.float32)
       accuracy = jnp.sum(agree * weight) / total
     states = g
