@@ -20,6 +20,7 @@ for _flag in ('--xla_cpu_use_fusion_emitters=false', '--xla_cpu_parallel_codegen
   if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + _flag).strip()
 
+import gc  # pylint: disable=wrong-import-position
 import tempfile  # pylint: disable=wrong-import-position
 
 import jax  # pylint: disable=wrong-import-position
@@ -151,12 +152,23 @@ def tiny_t5_pair(_tiny_t5_params):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session):
-  """Under `--dist loadgroup`, a test marked `xdist_group` must carry its group in its node
+  """Checks the grouping, then keeps Python's garbage collector off what the imports made.
+
+  Under `--dist loadgroup`, a test marked `xdist_group` must carry its group in its node
   id, or xdist spreads the group over the workers and its costly module fixture runs once
-  per worker (pytest 9.2 with pytest-xdist 3.8 drops it silently): a usage error instead."""
+  per worker (pytest 9.2 with pytest-xdist 3.8 drops it silently): a usage error instead.
+
+  Tracing a decode allocates a few hundred thousand objects, and each full collection
+  also walked the millions that jax, torch and transformers left at import (about a sixth
+  of a test's time). Once every test module is imported, what exists is frozen out of the
+  collector's sight (`gc.freeze`), and collections come less often.
+  """
   if getattr(session.config.option, 'loadgroup', False):
     for item in session.items:
       if item.get_closest_marker('xdist_group') and '@' not in item.nodeid:
         raise pytest.UsageError(
             f'pytest-xdist did not group {item.nodeid}: this pytest breaks --dist loadgroup; '
             "install the version pyproject.toml's dev extras pin")
+  gc.freeze()
+  gc.set_threshold(50_000, 20, 100)
+
