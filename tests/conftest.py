@@ -159,9 +159,10 @@ def pytest_collection_finish(session):
   per worker (pytest 9.2 with pytest-xdist 3.8 drops it silently): a usage error instead.
 
   Tracing a decode allocates a few hundred thousand objects, and each full collection
-  also walked the millions that jax, torch and transformers left at import (about a sixth
-  of a test's time). Once every test module is imported, what exists is frozen out of the
-  collector's sight (`gc.freeze`), and collections come less often.
+  also walked the millions that jax, torch and transformers left at import: about a
+  third of the tracing time, a sixth of a test that mostly compiles. Once every test
+  module is imported, what exists is frozen out of the collector's sight (`gc.freeze`),
+  and collections come less often.
   """
   if getattr(session.config.option, 'loadgroup', False):
     for item in session.items:
