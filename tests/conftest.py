@@ -172,4 +172,3 @@ def pytest_collection_finish(session):
             "install the version pyproject.toml's dev extras pin")
   gc.freeze()
   gc.set_threshold(50_000, 20, 100)
-
