@@ -8,7 +8,8 @@ V vocab, P decoder prompt length, M slots of a token tree, D model dim.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Tuple
+import functools
+from typing import Any, Callable, Optional, Protocol, Tuple
 
 import flax.struct
 import jax
@@ -20,6 +21,18 @@ PyTree = Any
 # The logical axes of a heads-major cache or cross-attention leaf [B, N, H, T] (T5X's names;
 # `specjax.parallel.rules` shards batch over 'data' and heads over 'model').
 KV_AXES = ('batch', 'heads', 'kv', 'length')
+
+
+@functools.lru_cache(maxsize=None)
+def traced_once(model, method: str) -> Callable:
+  """`model.<method>` jitted, one wrapper per (model, method).
+
+  A decode calls the same layer L times with the same shapes. Called through this, a
+  layer is traced and lowered once per call site's shapes, not L times; under an outer
+  jit, XLA inlines the call, so the compiled program computes exactly what the plain
+  loop does. Only for calls with no Python-object arguments (dropout stays outside).
+  """
+  return jax.jit(getattr(model, method))
 
 
 @flax.struct.dataclass

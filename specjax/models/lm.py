@@ -209,8 +209,9 @@ class CausalLM:
                                         cache[0]['k'].shape[3], tree)
     x = self.embed(params, tokens, layout.query_pos)  # [B, K, D]
     new_cache = []
+    layer = base.traced_once(self, 'decoder_layer')
     for i, layer_cache in enumerate(cache):
-      x, layer_cache = self.decoder_layer(params[f'layers_{i}'], x, layer_cache, layout)
+      x, layer_cache = layer(params[f'layers_{i}'], x, layer_cache, layout)
       new_cache.append(layer_cache)
     x = self.final_norm(params['final_norm'], x).astype(jnp.float32)  # as T5's logits
     logits = self.project(params, x)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Tuple
 
@@ -208,17 +209,10 @@ class T5:
         self._rel_table(enc['relpos_bias']['rel_embedding']), inputs.shape[1],
         cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
     x = dropout(self.embed(params, inputs))  # [B, S, D]
+    layer = (base.traced_once(self, 'encoder_layer') if dropout is layers.NO_DROPOUT
+             else functools.partial(self.encoder_layer, dropout=dropout))
     for i in range(cfg.num_encoder_layers):
-      p = enc[f'layers_{i}']
-      h = self.rms_norm(x, p['pre_attention_layer_norm']['scale'])
-      att = p['attention']
-      q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, S, N, H]
-      k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
-              for n in ('key', 'value'))  # [B, N, H, S]
-      y = layers.dot_product_attention(q, k, v, key_mask, bias, dropout, self._logits_dtype)
-      x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
-      h = self.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
-      x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
+      x = layer(enc[f'layers_{i}'], x, key_mask, bias)
     x = dropout(self.rms_norm(x, enc['encoder_norm']['scale']))  # [B, S, D]
     cross = {}
     for i in range(cfg.num_decoder_layers):
@@ -227,6 +221,20 @@ class T5:
           'k': layers.project_kv(x, att['key']['kernel'], cfg.num_heads),
           'v': layers.project_kv(x, att['value']['kernel'], cfg.num_heads)}
     return {'mask': mask, 'cross': cross}
+
+  def encoder_layer(self, p: PyTree, x: jax.Array, key_mask: jax.Array, bias: jax.Array,
+                    dropout: layers.Dropout = layers.NO_DROPOUT) -> jax.Array:
+    """One encoder layer (self-attention, MLP; each pre-normed, residual): its params p,
+    x [B, S, D] -> [B, S, D]; key_mask [B, 1, S] bool (padding hidden), bias [1, N, S, S]
+    the relative position bias, dropout for training only (see `logits`)."""
+    cfg = self.config
+    h = self.rms_norm(x, p['pre_attention_layer_norm']['scale'])
+    att = p['attention']
+    q, k, v = layers.project_qkv(h, att, cfg.num_heads)  # [B, S, N, H], [B, N, H, S]
+    y = layers.dot_product_attention(q, k, v, key_mask, bias, dropout, self._logits_dtype)
+    x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
+    h = self.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
+    return x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
 
   def decoder_prompt(self, inputs: jax.Array) -> Tuple[jax.Array, jax.Array]:
     """The decoder start token 0 for every row: tokens [B, 1] and lengths [B] (all 1)."""
@@ -278,11 +286,12 @@ class T5:
     layout = self.self_attention_layout(params, positions, num_tokens, max_len, tree)
     x = dropout(self.embed(params, tokens))  # [B, K, D]
     new_cache = {}
+    layer = (base.traced_once(self, 'decoder_layer') if dropout is layers.NO_DROPOUT
+             else functools.partial(self.decoder_layer, dropout=dropout))
     for i in range(cfg.num_decoder_layers):
       name = f'layers_{i}'
-      x, new_cache[name] = self.decoder_layer(dec[name], x, cache[name], layout,
-                                              encoded['cross'][name], encoded['mask'],
-                                              dropout)
+      x, new_cache[name] = layer(dec[name], x, cache[name], layout, encoded['cross'][name],
+                                 encoded['mask'])
     y = dropout(self.rms_norm(x, dec['decoder_norm']['scale']))  # [B, K, D]
     logits = self.project(params, y)
     return (logits, new_cache, y) if return_hidden else (logits, new_cache)
@@ -334,9 +343,7 @@ class T5:
     cfg = self.config
     h = self.rms_norm(x, p['pre_self_attention_layer_norm']['scale'])
     att = p['self_attention']
-    q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)  # [B, K, N, H]
-    k, v = (layers.project_kv(h, att[n]['kernel'], cfg.num_heads)
-            for n in ('key', 'value'))  # [B, N, H, K]
+    q, k, v = layers.project_qkv(h, att, cfg.num_heads)  # [B, K, N, H], [B, N, H, K]
     k_all = base.write_cache(cache['k'], k, layout.write_start)  # [B, N, H, T]
     v_all = base.write_cache(cache['v'], v, layout.write_start)
     y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),

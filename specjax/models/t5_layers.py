@@ -162,6 +162,14 @@ def project_kv_t_minor(x: jax.Array, kernel: jax.Array, num_heads: int) -> jax.A
   return jnp.transpose(y, (2, 0, 1, 3))
 
 
+def project_qkv(x: jax.Array, att: dict, num_heads: int):
+  """Self-attention's projections of x [B, K, D] by att's query, key and value kernels:
+  q [B, K, N, H] and k, v [B, N, H, K] (heads-major, as `project_kv`)."""
+  q = project_heads(x, att['query']['kernel'], num_heads)
+  k, v = (project_kv(x, att[n]['kernel'], num_heads) for n in ('key', 'value'))
+  return q, k, v
+
+
 def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
   """x [B, N, K, H] (as `dot_product_attention` returns it) times the [N*H, D] out kernel
   -> [B, K, D]."""
