@@ -27,9 +27,13 @@ class ModelProposer:
 
   Attributes:
     model: the draft model.
+    catch_up: whether a proposal's first call feeds the last two committed tokens
+      (`specjax.core.steps.first_call`); False for a model that drafts in the target's
+      cache (`specjax.core.proposal.shares_cache`).
   """
 
   model: Any
+  catch_up: bool = True
 
   def __getattr__(self, name: str):
     if name.startswith('__'):  # copy and pickle probe dunders before __init__ has run
@@ -44,8 +48,9 @@ class ModelProposer:
     """A chain of cfg.gamma drafts, or the tree cfg.tree (see the module docstring)."""
     bound = steps.Bound(self.model, params, encoded)
     if cfg.tree is not None:
-      return tree_draft.propose(bound, state, seq, pos, keys, sampling, cfg)
-    d = steps.draft_block(bound, state, seq, pos, keys, sampling, cfg, active=active)
+      return tree_draft.propose(bound, state, seq, pos, keys, sampling, cfg, self.catch_up)
+    d = steps.draft_block(bound, state, seq, pos, keys, sampling, cfg, active=active,
+                          catch_up=self.catch_up)
     return proposal_lib.chain(d.x, d.q, d.cache, d.nonfinite, d.confidence)
 
   def accepted(self, state, proposal: proposal_lib.Proposal, path: jax.Array,

@@ -98,8 +98,10 @@ class Proposer(Protocol):
   over. Its per-row state is laid out like a model's cache: `init_cache` and
   `cache_axes` (each leaf names its 'batch' axis, and its 'length' axis where it has one),
   so a mesh shards it and a refill resets it as it does a cache. A proposer that drafts
-  from the target's own layers sets `reads_target` (see `draft_view`); one that drafts
-  from the target's hidden states sets `wants_hidden` (see `wants_hidden`).
+  from the target's own layers sets `reads_target` (see `draft_view`), and one whose
+  layers are the target's first ones may draft in the target's own cache
+  (`shares_cache`); one that drafts from the target's hidden states sets `wants_hidden`
+  (see `wants_hidden`).
 
   Attributes:
     vocab_size: V, the target's.
@@ -162,6 +164,22 @@ def reads_target(draft) -> bool:
   return bool(getattr(draft, 'reads_target', False))
 
 
+def shares_cache(draft) -> bool:
+  """Whether `draft` drafts in the target's own cache (layer-skip; its `shares_cache`
+  attribute).
+
+  Its layers are the target's first M, so the target's cache already holds their K/V of
+  every committed token. The loop then hands `propose` the target's cache as the state and
+  verifies with the proposal's state. The draft writes only at the row's last position and
+  after: slots that the target writes before it reads them (the verify call's own, and
+  any past them in a later call), so the target's cache holds the target's own K/V of
+  the committed tokens, as it would alone.
+  The proposer keeps no state of its own (`init_cache` is empty) and `accepted` is not
+  called.
+  """
+  return bool(getattr(draft, 'shares_cache', False))
+
+
 def wants_hidden(draft) -> bool:
   """Whether `draft` drafts from the target's final hidden states (Medusa heads, EAGLE;
   its `wants_hidden` attribute): the verify call then returns them, and `accepted` gets
@@ -187,7 +205,8 @@ def draft_view(draft, tp: PyTree, dp: PyTree, target_enc: PyTree,
 
 
 class Stateless:
-  """The state methods of a proposer that keeps none (a copy, a bigram table)."""
+  """The state methods of a proposer that keeps none (a copy, a bigram table; layer-skip,
+  which drafts in the target's cache: `shares_cache`)."""
 
   def init_cache(self, batch: int, length: int, dtype: Any = None) -> dict:
     """No state: what it reads is the committed sequence the loop passes."""

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.core import acceptance, sampling
-from specjax.core.proposal import chain_path, wants_hidden
+from specjax.core.proposal import chain_path, shares_cache, wants_hidden
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import (DecodeState, LoopConfig, commit, count_call, gather_rows,
                                 split_keys)
@@ -116,14 +116,31 @@ def _drafted(logits: jax.Array, keys, params, cfg: LoopConfig, cache) -> Drafted
   return Drafted(x, q, cache, nonfinite(logits), confidence)
 
 
+def first_call(draft: Bound, cache, seq: jax.Array, pos: jax.Array, catch_up: bool = True):
+  """The draft's first call of a proposal: (the logits after each row's last token [B, V],
+  the cache).
+
+  With catch_up, two tokens at positions pos - 1 and pos, so that the draft's cache catches
+  up after a fully accepted block, whose last draft token it never saw. Without, the last
+  token alone: a draft that drafts in the target's cache (`proposal.shares_cache`), which
+  holds every committed token already, and which it must not write below pos.
+  """
+  if not catch_up:
+    logits, cache = draft.decode(cache, gather_rows(seq, pos)[:, None], pos)
+    return logits[:, 0], cache
+  start = jnp.maximum(pos - 1, 0)  # [B]
+  pair = jnp.stack([gather_rows(seq, start), gather_rows(seq, start + 1)], axis=1)  # [B, 2]
+  logits, cache = draft.decode(cache, pair, start)
+  return jnp.take_along_axis(logits, (pos - start)[:, None, None], axis=1)[:, 0], cache
+
+
 def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
                 keys: Optional[jax.Array], params: SamplingParams, cfg: LoopConfig,
-                active: Optional[jax.Array] = None) -> Drafted:
+                active: Optional[jax.Array] = None, catch_up: bool = True) -> Drafted:
   """Runs G draft steps: x [B, G], q [B, G, V] (None when greedy), the cache, the rows whose
   logits were not finite, and how many tokens each row proposes.
 
-  The first step feeds two tokens (positions pos-1 and pos) so that the draft cache catches
-  up after a fully accepted block, whose last draft token it never saw. With
+  The first step is `first_call` (with catch_up, the pair at pos - 1 and pos). With
   cfg.rule.draft_threshold > 0 a row stops proposing at its first token whose confidence
   is under the threshold (the draft's largest probability for the token, or with
   cfg.rule.threshold_rule 'cumulative' its product over the row's proposals so far; the
@@ -141,12 +158,10 @@ def draft_block(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
     cfg: the static loop config.
     active: [B] bool, the rows still decoding (default all): with a threshold, the steps
       stop once no ACTIVE row drafts on.
+    catch_up: `first_call`'s.
   """
   greedy, gamma = cfg.sampling.greedy, cfg.gamma
-  start = jnp.maximum(pos - 1, 0)  # [B]
-  pair = jnp.stack([gather_rows(seq, start), gather_rows(seq, start + 1)], axis=1)  # [B, 2]
-  logits, cache = draft.decode(cache, pair, start)
-  logits = jnp.take_along_axis(logits, (pos - start)[:, None, None], axis=1)[:, 0]
+  logits, cache = first_call(draft, cache, seq, pos, catch_up)
   first = _drafted(logits, None if greedy else keys[0], params, cfg, cache)
   all_rows = jnp.full(pos.shape, gamma, jnp.int32)
   if gamma == 1:
@@ -239,6 +254,25 @@ def verify_proposed(target: Bound, cache, last: jax.Array, x: jax.Array, pos: ja
                         [upto(k) for k in range(1, gamma + 1)], cache)
 
 
+def propose(draft: Bound, state: DecodeState, keys, cfg: LoopConfig):
+  """The proposal below each row's last token, and the target's cache that the verify
+  call reads: the state's, or the proposal's for a draft that drafts in it
+  (`specjax.core.proposal.shares_cache`)."""
+  shared = shares_cache(draft.model)
+  proposal = draft.propose(state.target_cache if shared else state.draft_cache, state.seq,
+                           state.pos, keys, state.sampling, cfg, active=~state.done)
+  return proposal, proposal.state if shared else state.target_cache
+
+
+def accepted(draft: Bound, state: DecodeState, proposal, path: jax.Array, n: jax.Array,
+             hidden: Optional[jax.Array] = None):
+  """The draft's state once the target kept path [B, D] (n [B] nodes) below the roots at
+  state.pos: `Bound.accepted`, or none for a draft in the target's cache."""
+  if shares_cache(draft.model):
+    return state.draft_cache
+  return draft.accepted(proposal.state, proposal, path, n, state.pos, hidden=hidden)
+
+
 def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
                      state: DecodeState) -> DecodeState:
   """One iteration: draft G tokens, verify them in ONE target call, accept, commit."""
@@ -248,8 +282,7 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   else:
     split = split_keys(state.keys, g + 2)  # [G+2, B, ...]
     keys, draft_keys, accept_keys = split[0], split[1:g + 1], split[g + 1]
-  d = draft.propose(state.draft_cache, state.seq, state.pos, draft_keys, state.sampling, cfg,
-                    active=~state.done)
+  d, target_cache = propose(draft, state, draft_keys, cfg)
   x, drafted = d.tokens, d.drafted  # [B, G], [B]: each row's own count of proposals
   last = gather_rows(state.seq, state.pos)
   hidden = None
@@ -258,13 +291,13 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
       raise ValueError('a draft that reads the target\'s hidden states drafts its heads\' '
                        'tokens whole: drop the draft threshold')
     longest = jnp.max(drafted)  # finished rows propose 1
-    logits, target_cache = verify_proposed(target, state.target_cache, last, x, state.pos,
+    logits, target_cache = verify_proposed(target, target_cache, last, x, state.pos,
                                            longest)  # [B, G+1, V]
   elif wants_hidden(draft.model):
-    logits, target_cache, hidden = verify(target, state.target_cache, last, x, state.pos,
+    logits, target_cache, hidden = verify(target, target_cache, last, x, state.pos,
                                           hidden=True)  # [B, G+1, D]
   else:
-    logits, target_cache = verify(target, state.target_cache, last, x, state.pos)
+    logits, target_cache = verify(target, target_cache, last, x, state.pos)
   if cfg.sampling.greedy:
     result = acceptance.accept_greedy(sampling.argmax(logits), x, drafted)
   else:
@@ -279,8 +312,7 @@ def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,
   block = jnp.where(jnp.arange(g + 1)[None] == result.n[:, None], result.y[:, None], block)
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)
   # hidden [B, G+1, H]: the root's and the drafts', in order; the kept ones are 0 .. n.
-  draft_cache = draft.accepted(d.state, d, chain_path(result.n, g), result.n, state.pos,
-                               hidden=hidden)
+  draft_cache = accepted(draft, state, d, chain_path(result.n, g), result.n, hidden)
   committed = pos - state.pos  # [B] tokens this call added to the output (0 if inactive)
   in_output = jnp.minimum(result.n, committed)  # accepted drafts that are in the output
   # beta counts where the target checked a draft token on the output's own prefix: up to the

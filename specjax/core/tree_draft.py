@@ -3,10 +3,10 @@ tree grown per row from the draft's own probabilities (`tree.DynamicTree`, EAGLE
 draft is a model (`specjax.core.model_proposer`) or a proposer's scores in a model's shape
 (`specjax.core.proposal.Scorer`: a bigram table); either returns a `Proposal`.
 
-Both start with the chain's catch-up call (two tokens at positions pos - 1 and pos, so
-that the draft's cache holds every committed token), then feed one depth's nodes per call
-with a tree mask (`specjax.models.base.Tree`) in the draft's own scratch slots after the
-root. Children are the draft's top tokens below a node by its logits (point masses: a
+Both start with the chain's first call (`steps.first_call`: by default the catch-up of
+two tokens at positions pos - 1 and pos, so that the draft's cache holds every committed
+token), then feed one depth's nodes per call with a tree mask (`specjax.models.base.Tree`)
+in the draft's scratch slots after the root. Children are the draft's top tokens below a node by its logits (point masses: a
 deterministic choice), or, at a depth of a static tree with one child per node under
 sampling, a draw from the draft's warped distribution (as the chain drafts). Either way a
 node's candidates are drawn independently of the target's randomness, which the exact tree
@@ -25,8 +25,8 @@ import numpy as np
 
 from specjax.core import sampling, tree
 from specjax.core.proposal import Proposal
-from specjax.core.state import LoopConfig, gather_rows, split_keys
-from specjax.core.steps import Bound, nonfinite
+from specjax.core.state import LoopConfig, split_keys
+from specjax.core.steps import Bound, first_call, nonfinite
 from specjax.models.base import Tree
 
 
@@ -45,15 +45,6 @@ def tree_call(base: jax.Array, slot_depth: jax.Array, visible: jax.Array, offset
   visible = jnp.broadcast_to(visible, (batch,) + visible.shape[-2:])
   return Tree(base=base, offset=jnp.full((batch,), offset, jnp.int32), depth=slot_depth,
               visible=jax.lax.slice_in_dim(visible, offset, offset + count, axis=1))
-
-
-def _catch_up(draft: Bound, cache, seq: jax.Array, pos: jax.Array):
-  """The draft's call of positions pos - 1 and pos: (the logits after the root [B, V],
-  the cache)."""
-  start = jnp.maximum(pos - 1, 0)
-  pair = jnp.stack([gather_rows(seq, start), gather_rows(seq, start + 1)], axis=1)  # [B, 2]
-  logits, cache = draft.decode(cache, pair, start)
-  return jnp.take_along_axis(logits, (pos - start)[:, None, None], axis=1)[:, 0], cache
 
 
 def _children(logits: jax.Array, branching: int, keys: Optional[jax.Array], params,
@@ -76,7 +67,7 @@ def _children(logits: jax.Array, branching: int, keys: Optional[jax.Array], para
 
 
 def grow_static(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, params,
-                cfg: LoopConfig) -> Proposal:
+                cfg: LoopConfig, catch_up: bool = True) -> Proposal:
   """The static tree `cfg.tree` below each row's last token.
 
   Args:
@@ -86,12 +77,13 @@ def grow_static(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, param
     keys: [D, B, ...] a key per depth and row (None when greedy).
     params: the rows' SamplingParams.
     cfg: the static loop config (cfg.tree a `tree.TreeShape`).
+    catch_up: the first call's (`steps.first_call`).
   """
   shape = cfg.tree
   parents, depth = shape.parents(), shape.depths()
   slot_depth = tree.slot_depths(depth)
   visible = shape.visible()  # [M, M], a constant of the program
-  logits, cache = _catch_up(draft, cache, seq, pos)
+  logits, cache = first_call(draft, cache, seq, pos, catch_up)
   bad = nonfinite(logits[:, None])
   tokens, q = _children(logits[:, None], shape.branching[0],
                         None if keys is None else keys[0], params, cfg)
@@ -121,7 +113,7 @@ def _scores(logits: jax.Array) -> jax.Array:
 
 
 def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
-                 cfg: LoopConfig) -> Proposal:
+                 cfg: LoopConfig, catch_up: bool = True) -> Proposal:
   """A tree grown per row (`tree.DynamicTree`, cfg.tree): every candidate is a point mass,
   the choice a function of the draft's probabilities alone.
 
@@ -131,7 +123,7 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
   """
   spec = cfg.tree
   top, depth_count, pool = spec.top, spec.depth, spec.pool_size
-  logits, cache = _catch_up(draft, cache, seq, pos)
+  logits, cache = first_call(draft, cache, seq, pos, catch_up)
   batch = pos.shape[0]
   bad = nonfinite(logits[:, None])
   score, token = jax.lax.top_k(_scores(logits), top)  # [B, top]
@@ -189,8 +181,9 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
 
 
 def propose(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, params,
-            cfg: LoopConfig) -> Proposal:
-  """The draft model's tree for cfg.tree (static or dynamic)."""
+            cfg: LoopConfig, catch_up: bool = True) -> Proposal:
+  """The draft model's tree for cfg.tree (static or dynamic); catch_up, the first call's
+  (`steps.first_call`)."""
   if isinstance(cfg.tree, tree.DynamicTree):
-    return grow_dynamic(draft, cache, seq, pos, cfg)
-  return grow_static(draft, cache, seq, pos, keys, params, cfg)
+    return grow_dynamic(draft, cache, seq, pos, cfg, catch_up)
+  return grow_static(draft, cache, seq, pos, keys, params, cfg, catch_up)

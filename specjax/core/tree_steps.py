@@ -14,7 +14,7 @@ from specjax.core import sampling, tree, tree_accept, tree_draft
 from specjax.core.proposal import Proposal, wants_hidden
 from specjax.core.state import (DecodeState, LoopConfig, commit, count_call, gather_rows,
                                 split_keys)
-from specjax.core.steps import Bound, nonfinite
+from specjax.core.steps import Bound, accepted, nonfinite, propose
 
 
 def verify_tree(target: Bound, cache, last, proposal: Proposal, pos, hidden: bool = False):
@@ -36,16 +36,14 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
   else:
     split = split_keys(state.keys, depth + 2)  # [D+2, B, ...]
     keys, draft_keys, accept_keys = split[0], split[1:depth + 1], split[depth + 1]
-  proposal = draft.propose(state.draft_cache, state.seq, state.pos, draft_keys,
-                           state.sampling, cfg, active=~state.done)
+  proposal, target_cache = propose(draft, state, draft_keys, cfg)
   last = gather_rows(state.seq, state.pos)
   hidden = None
   if wants_hidden(draft.model):
-    logits, target_cache, hidden = verify_tree(target, state.target_cache, last, proposal,
+    logits, target_cache, hidden = verify_tree(target, target_cache, last, proposal,
                                                state.pos, hidden=True)  # [B, M, D]
   else:
-    logits, target_cache = verify_tree(target, state.target_cache, last, proposal,
-                                       state.pos)
+    logits, target_cache = verify_tree(target, target_cache, last, proposal, state.pos)
   if cfg.sampling.greedy:
     result = tree_accept.accept_tree_greedy(sampling.argmax(logits), proposal.tokens,
                                             proposal.parents, proposal.depth, depth,
@@ -66,8 +64,7 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
     kept = jnp.concatenate([jnp.zeros_like(result.path[:, :1]),
                             jnp.maximum(result.path, -1) + 1], axis=1)  # [B, D+1]
     hidden = jnp.take_along_axis(hidden, kept[:, :, None], axis=1)  # [B, D+1, H]
-  draft_cache = draft.accepted(proposal.state, proposal, result.path, result.n, state.pos,
-                               hidden=hidden)
+  draft_cache = accepted(draft, state, proposal, result.path, result.n, hidden)
   block = tree_accept.accepted_tokens(proposal.tokens, result.path, result.y,
                                       result.n)  # [B, D+1]
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)

@@ -4,8 +4,13 @@ The draft is the target cut after decoder layer m, closed by the target's final 
 output projection: no params of its own. It reads the target's params and the target's
 encoding (the encoder output and the cross-attention K/V of layers 0 .. m-1, computed once
 per input for the target), so a draft step costs m of the target's L decoder layers and
-nothing runs twice per input. Its state is the KV cache of those m layers; it drafts chains
-and static or dynamic trees as a draft model does (`specjax.core.model_proposer`).
+nothing runs twice per input. It keeps no cache either: it drafts in the target's own
+(`specjax.core.proposal.shares_cache`), whose first m layers already hold the K/V of every
+committed token, computed by the target's verify calls; its own K/V of the draft tokens
+go where the next verify call writes the target's. So the draft needs no memory of its
+own and its first call of a proposal is one token, not the two a draft model's cache needs
+to catch up. It drafts chains and static or dynamic trees as a draft model does
+(`specjax.core.model_proposer`).
 
 With a trained early exit (`python -m specjax.train_draft --kind layerskip`), the draft
 closes its m layers with its own copy of the final norm and of the (untied) output
@@ -24,6 +29,7 @@ from typing import Any
 import jax
 
 from specjax.core import model_proposer
+from specjax.core.proposal import Stateless
 from specjax.proposers.of_target import OfTarget
 
 
@@ -87,12 +93,13 @@ def truncated(model, layers: int):
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerSkip(OfTarget):
+class LayerSkip(Stateless, OfTarget):
   """The proposer of the target's first `layers` decoder layers.
 
   It reads the target (`reads_target`): the loop hands it params and encoding as
   {'target': the target's, 'own': its own ({}, or a trained exit: `exit_params`' part of a
-  params tree, read in place of the target's)}.
+  params tree, read in place of the target's)}, and as its state the target's cache
+  (`shares_cache`): it keeps none of its own (`Stateless`).
 
   Attributes:
     target: the target model (the contract of `specjax.models.base.Model`).
@@ -103,6 +110,7 @@ class LayerSkip(OfTarget):
   target: Any
   layers: int
   trained_exit: bool = False
+  shares_cache = True
 
   def __post_init__(self):
     truncated(self.target, self.layers)  # the range check, at construction
@@ -124,24 +132,30 @@ class LayerSkip(OfTarget):
   def param_axes(self) -> dict:
     return exit_params(self.target.param_axes()) if self.trained_exit else {}
 
-  def init_cache(self, batch: int, max_len: int, dtype: Any = None):
-    return self.model.init_cache(batch, max_len, dtype)
-
-  def cache_axes(self):
-    return self.model.cache_axes()
-
-  def _drafter(self):
-    return model_proposer.ModelProposer(self.model)
-
-  def prefill(self, params, encoded, state, prompt: jax.Array):
-    return self._drafter().prefill(_params(params), encoded['target'], state, prompt)
-
   def propose(self, params, encoded, state, seq, pos, keys, sampling, cfg, active=None):
-    return self._drafter().propose(_params(params), encoded['target'], state, seq, pos,
-                                   keys, sampling, cfg, active=active)
+    """The cut model's proposal, drafted in `state`, the target's cache (its first M
+    layers'); the proposal's state is the target's cache with the draft's K/V at pos and
+    after."""
+    head = first_layers(state, self.model.cache_axes())
+    proposal = model_proposer.ModelProposer(self.model, catch_up=False).propose(
+        _params(params), encoded['target'], head, seq, pos, keys, sampling, cfg,
+        active=active)
+    return proposal._replace(state=with_first_layers(state, proposal.state))
 
-  def accepted(self, state, proposal, path, n, pos):
-    return self._drafter().accepted(state, proposal, path, n, pos)
+
+def first_layers(cache, axes):
+  """The part of a target's cache (a dict of layers, or a list) that a cut model's cache
+  axes `axes` name: the same keys, or the first len(axes) entries."""
+  if isinstance(axes, Mapping):
+    return {key: cache[key] for key in axes}
+  return list(cache[:len(axes)])
+
+
+def with_first_layers(cache, head):
+  """The target's cache with `first_layers`' part replaced by `head`."""
+  if isinstance(head, Mapping):
+    return {**cache, **head}
+  return list(head) + list(cache[len(head):])
 
 
 def _params(params: dict) -> dict:

@@ -24,7 +24,7 @@ import numpy as np
 from specjax.core import steps
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import LoopConfig
-from specjax.core.proposal import draft_view, reads_target
+from specjax.core.proposal import draft_view, reads_target, shares_cache
 from specjax.core.steps import Bound
 from specjax.core.model_proposer import as_proposer
 
@@ -130,7 +130,10 @@ def _repeat_model_calls(target, tp, draft, dp, inputs, gamma, repeats, cache_len
 
   def body(i, carry):
     t_cache, d_cache, total = carry
-    last, x, pos, d_cache = _block(d, d_cache, i, batch, cache_len, gamma)
+    if shares_cache(draft):  # it drafts in the target's cache, as in the loop
+      last, x, pos, t_cache = _block(d, t_cache, i, batch, cache_len, gamma)
+    else:
+      last, x, pos, d_cache = _block(d, d_cache, i, batch, cache_len, gamma)
     logits, t_cache = steps.verify(t, t_cache, last, x, pos)
     return t_cache, d_cache, total + logits[0, -1, 0]
 
