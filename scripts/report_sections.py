@@ -6,11 +6,15 @@ import pathlib
 
 
 def write_section(path: str, title: str, text: str) -> None:
-  """Puts `text` in place of the file's section `title` ('## ...'), or at its end."""
+  """Puts `text` in place of the file's section `title` ('## ...'), where it stands, or
+  at the file's end."""
   p = pathlib.Path(path)
   old = p.read_text() if p.exists() else ''
+  text = text.rstrip('\n') + '\n'
   at = old.find('\n' + title + '\n')
-  if at >= 0:
-    end = old.find('\n## ', at + 1)
-    old = old[:at + 1] + (old[end + 1:] if end >= 0 else '')
-  p.write_text(old.rstrip('\n') + '\n\n' + text.rstrip('\n') + '\n')
+  if at < 0:
+    p.write_text(old.rstrip('\n') + '\n\n' + text)
+    return
+  end = old.find('\n## ', at + 1)
+  after = '\n' + old[end + 1:] if end >= 0 else ''
+  p.write_text(old[:at + 1] + text + after)

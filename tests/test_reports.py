@@ -1,6 +1,7 @@
 """Generated documents: written whole or not at all, never over a full TPU run's from a
 quick or CPU-only one, and bad output paths refused before any work (the plans and the
 bench, through their command lines)."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -117,3 +118,19 @@ def test_kept_sections_are_the_named_ones_whole_in_the_order_asked(tmp_path):
   title = speed_cli.KEPT[0]
   path.write_text(f'# R\n\n## 8. Trees\nt\n\n{title}\nheads\n')
   assert reports.kept_sections(str(path), speed_cli.KEPT) == f'\n{title}\nheads\n'
+
+
+def test_a_rewritten_report_section_stays_where_it_stands(tmp_path):
+  """A measuring script's rerun puts its section in place, not at the end of the file."""
+  path = os.path.join(ROOT, 'scripts', 'report_sections.py')
+  spec = importlib.util.spec_from_file_location('report_sections', path)
+  sections = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(sections)
+  doc = tmp_path / 'report.md'
+  doc.write_text('# Report\n\n## A\n\nold a\n\n## B\n\nold b\n\n## C\n\nold c\n')
+  sections.write_section(str(doc), '## B', '## B\n\nnew b\n')
+  assert doc.read_text() == '# Report\n\n## A\n\nold a\n\n## B\n\nnew b\n\n## C\n\nold c\n'
+  sections.write_section(str(doc), '## C', '## C\n\nnew c')
+  sections.write_section(str(doc), '## D', '## D\n\nd\n')
+  assert doc.read_text() == ('# Report\n\n## A\n\nold a\n\n## B\n\nnew b\n\n## C\n\nnew c\n'
+                             '\n## D\n\nd\n')
