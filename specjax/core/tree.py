@@ -43,8 +43,10 @@ class TreeShape:
     try:
       return cls(tuple(int(part) for part in text.split(',')))
     except ValueError:
+      hint = ('; a dynamic tree (dynamic:N:D:K in the bench\'s tables) is --tree-nodes N '
+              '--tree-depth D --tree-top K' if text.startswith('dynamic') else '')
       raise ValueError(f'--tree takes the children per depth as integers >= 1, e.g. '
-                       f'4,2,2,1; got {text!r}') from None
+                       f'4,2,2,1; got {text!r}{hint}') from None
 
   @classmethod
   def chain(cls, gamma: int) -> 'TreeShape':
