@@ -4,7 +4,11 @@ each temperature.
 
     python -m specjax.train_draft --kind distill --target demo_target --input TRAIN \
         --workdir runs/distill_ende                   # and manpages_target, likewise
+    python -m specjax.train_draft --kind distill --target demo_target --input TRAIN \
+        --distill-data draft --distill-temperature 1 --distill-loss tvd \
+        --workdir runs/onpolicy_ende                  # on-policy (optional), likewise
     python scripts/distilled_drafts.py --distilled ende=runs/distill_ende/heads,manpages=runs/distill_manpages/heads \
+        --on-policy ende=runs/onpolicy_ende/heads,manpages=runs/onpolicy_manpages/heads \
         --json docs/distilled_drafts.json --markdown docs/benchmarks.md
 
 TRAIN is the first 4096 inputs of the task's train split (scripts/build_demo_corpus.py,
@@ -40,23 +44,41 @@ def parse_args(argv=None):
   p.add_argument('--distilled', default='',
                  help='TASK=PATH,...: each task\'s distilled draft (train_draft --kind '
                       'distill\'s --output)')
+  p.add_argument('--on-policy', default='',
+                 help='TASK=PATH,...: each task\'s draft distilled on its own sampled '
+                      'decodes by the total variation (train_draft --kind distill '
+                      '--distill-data draft --distill-temperature 1 --distill-loss tvd), '
+                      'its rows beside the others (optional)')
   return p.parse_args(argv)
 
 
+def _paths(spec: str) -> dict:
+  return dict(item.split('=', 1) for item in spec.split(',') if item)
+
+
+def _load(path: str) -> tuple:
+  """(model, float32 params, meta) of a distilled draft (stored bfloat16)."""
+  model, params = loader.load_model(None, path)
+  meta, _ = heads_io.load_heads(path)
+  return model, jax.tree.map(lambda a: a.astype(jnp.float32), params), meta
+
+
 def run_task(task: str, args) -> tuple:
-  paths = dict(item.split('=', 1) for item in args.distilled.split(',') if item)
-  if task not in paths:
+  paths = {'distilled': _paths(args.distilled), 'on-policy': _paths(args.on_policy)}
+  if task not in paths['distilled']:
     raise SystemExit(f'error: no distilled draft for {task}: pass --distilled {task}=PATH')
   target, tp, draft, dp, inputs = sweep.load_task(task, args.num_examples)
   name = sweep.TASKS[task] + 'draft'
-  distilled, ddp = loader.load_model(None, paths[task])
-  ddp = jax.tree.map(lambda a: a.astype(jnp.float32), ddp)  # stored bfloat16
   shapes = args.shapes.split(';')
-  proposers = {name: (draft, dp, shapes), 'distilled': (distilled, ddp, shapes)}
+  proposers, metas = {name: (draft, dp, shapes)}, {}
+  for label, by_task in paths.items():
+    if task in by_task:
+      model, params, metas[label] = _load(by_task[task])
+      proposers[label] = (model, params, shapes)
   rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
   c = layer_skip.costs(task, ['model'], args.rounds)[name]
-  meta, _ = heads_io.load_heads(paths[task])
-  return rows, {'c': {name: c, 'distilled': c}, 'heads': meta}
+  return rows, {'c': {label: c for label in proposers}, 'heads': metas['distilled'],
+                'on_policy': metas.get('on-policy')}
 
 
 def markdown(rows: list, tasks: dict, command: str) -> str:
@@ -72,16 +94,24 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'cross-entropy on its greedy token, on more inputs than these), so distilling '
            'them again changes alpha by less than 0.01: the method pays for a draft that '
            'learned references.', '']
+  if any(info.get('on_policy') for info in tasks.values()):
+    lines += ['"on-policy" is the same draft fine-tuned instead on its own decodes of the '
+              'inputs, sampled at T=1, by the total variation 0.5 sum |p - q| '
+              '(`--distill-data draft --distill-temperature 1 --distill-loss tvd`): '
+              'DistillSpec\'s choice, and at T=1 the very quantity alpha is one minus.', '']
   lines += medusa_heads.table(rows, tasks) + ['']
+  temperatures = sorted({r['temperature'] for r in rows})
   for task, info in tasks.items():
-    meta = info['heads']
-    lines.append(f'- {task}: {meta["draft"]} distilled for {meta["steps"]} steps of '
-                 f'{meta["batch_size"]} sequences (Adam at {meta["learning_rate"]:g}); alpha '
-                 'of the chain of 4, before and after: ' + '; '.join(
-                     f'T={t:g} {_alpha(rows, task, t, meta["draft"]):.3f} -> '
-                     f'{_alpha(rows, task, t, "distilled"):.3f} '
-                     f'({_alpha(rows, task, t, "distilled") - _alpha(rows, task, t, meta["draft"]):+.3f})'
-                     for t in sorted({r['temperature'] for r in rows})) + '.')
+    for label, meta in (('distilled', info['heads']), ('on-policy', info.get('on_policy'))):
+      if not meta:
+        continue
+      before = lambda t, m=meta: _alpha(rows, task, t, m['draft'])
+      lines.append(f'- {task}, {label}: {meta["draft"]} distilled for {meta["steps"]} steps '
+                   f'of {meta["batch_size"]} sequences (Adam at {meta["learning_rate"]:g}); '
+                   'alpha of the chain of 4, before and after: ' + '; '.join(
+                       f'T={t:g} {before(t):.3f} -> {_alpha(rows, task, t, label):.3f} '
+                       f'({_alpha(rows, task, t, label) - before(t):+.3f})'
+                       for t in temperatures) + '.')
   return '\n'.join(lines) + '\n'
 
 
@@ -93,8 +123,9 @@ def _alpha(rows: list, task: str, temperature: float, proposer: str) -> float:
 def main(argv=None) -> int:
   args = parse_args(argv)
   rows, tasks = proposer_trees.collect(args, run_task)
-  command = ('python scripts/distilled_drafts.py --distilled ende=...,manpages=... --json '
-             'docs/distilled_drafts.json --markdown docs/benchmarks.md')
+  command = ('python scripts/distilled_drafts.py --distilled ende=...,manpages=... '
+             + ('--on-policy ende=...,manpages=... ' if args.on_policy else '')
+             + '--json docs/distilled_drafts.json --markdown docs/benchmarks.md')
   return proposer_trees.finish(args, rows, tasks, SECTION, markdown(rows, tasks, command))
 
 

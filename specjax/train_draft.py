@@ -8,7 +8,9 @@ what the target says, not a reference), then the draft learns on the target's ow
 states: K Medusa heads the tokens 1..K past each position (--kind medusa), or an EAGLE
 head the target's next hidden state from its last one and the next token (--kind eagle);
 or a draft model is fine-tuned on the target's distributions (--kind distill, DistillSpec:
-the forward KL divergence from the target's next-token distribution), or the early exit of
+the forward KL divergence or the total variation from the target's next-token
+distribution, --distill-loss, over the target's decodes or, on-policy, the draft's own,
+greedy or sampled: --distill-data, --distill-temperature), or the early exit of
 the target's first --layers decoder layers is (--kind layerskip: a copy of the final norm
 and output projection, by the same divergence).
 The decodes and checkpoints live in --workdir: a killed run, rerun with the same flags,
@@ -72,8 +74,17 @@ def _inputs(cfg: TrainDraftConfig, examples: list, vocab):
 
 # What a run's decodes and checkpoints depend on: a rerun in its --workdir repeats them.
 RUN_SETTINGS = ('kind', 'target', 'target_checkpoint', 'draft', 'layers', 'heads',
-                'eagle_passes', 'max_examples', 'max_input_len', 'max_decode_len', 'steps',
+                'eagle_passes', 'distill_data', 'distill_temperature', 'distill_loss',
+                'max_examples', 'max_input_len', 'max_decode_len', 'steps',
                 'batch_size', 'learning_rate', 'warmup_steps', 'seed')
+
+
+def _decodes_dir(cfg: TrainDraftConfig) -> str:
+  """The work directory's folder of the decodes a run learns from: 'decodes' for the
+  target's greedy ones, else named by whose and the temperature."""
+  if (cfg.distill_data, cfg.distill_temperature) == ('target', 0.0):
+    return 'decodes'
+  return f'decodes_{cfg.distill_data}_t{cfg.distill_temperature:g}'
 
 
 def check_workdir(cfg: TrainDraftConfig, record: bool = False) -> None:
@@ -115,6 +126,14 @@ def run(cfg: TrainDraftConfig) -> dict:
   if cfg.eagle_passes < 1 or (cfg.eagle_passes > 1 and cfg.kind != 'eagle'):
     raise ValueError(f'--eagle-passes is the EAGLE head\'s (an integer >= 1); got '
                      f'{cfg.eagle_passes} with --kind {cfg.kind}')
+  distill_flags = (cfg.distill_data, cfg.distill_temperature, cfg.distill_loss)
+  if cfg.kind != 'distill' and distill_flags != ('target', 0.0, 'kl'):
+    raise ValueError('--distill-data, --distill-temperature and --distill-loss are a '
+                     f'distilled draft\'s: pass --kind distill, or drop them for --kind '
+                     f'{cfg.kind}')
+  if not cfg.distill_temperature >= 0.0:
+    raise ValueError(f'--distill-temperature must be >= 0 (0: greedy decodes), got '
+                     f'{cfg.distill_temperature}')
   if cfg.kind == 'distill' and draft_name is None:
     raise ValueError('--kind distill needs the draft model to distil: pass --draft NAME')
   check_workdir(cfg)
@@ -130,9 +149,11 @@ def run(cfg: TrainDraftConfig) -> dict:
   elif cfg.kind == 'layerskip':
     model = early_exit.EarlyExit(target, cfg.layers)
   else:
-    model = distill.Distillation(target, draft)
-  data = data_lib.target_decodes(target, tp, inputs, os.path.join(cfg.workdir, 'decodes'),
-                                 cfg.max_decode_len, progress=not cfg.quiet)
+    model = distill.Distillation(target, draft, cfg.distill_loss)
+  source, params = (draft, dp) if cfg.distill_data == 'draft' else (target, tp)
+  data = data_lib.decodes(source, params, inputs, os.path.join(cfg.workdir, _decodes_dir(cfg)),
+                          cfg.max_decode_len, progress=not cfg.quiet,
+                          temperature=cfg.distill_temperature, seed=cfg.seed)
   settings = fit.Training(steps=cfg.steps, batch=cfg.batch_size,
                           learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
                           save_every=cfg.save_every, seed=cfg.seed)
@@ -157,7 +178,9 @@ def run(cfg: TrainDraftConfig) -> dict:
                            progress=not cfg.quiet)
     result['heads'] = result.pop('params')
     config = draft.config.replace(name=f'{draft.config.name or "draft"}_distilled')
-    sizes = {'draft': draft_name, 'final_accuracy': result['accuracy']}
+    sizes = {'draft': draft_name, 'data': cfg.distill_data,
+             'data_temperature': cfg.distill_temperature, 'loss': cfg.distill_loss,
+             'final_accuracy': result['accuracy']}
   meta = {'kind': cfg.kind, 'target': cfg.target, **sizes,
           'vocab_size': target.vocab_size,
           'examples': int(len(inputs)), 'input': os.path.basename(cfg.input),
@@ -178,10 +201,14 @@ def main(argv=None) -> int:
     print(json.dumps(summary))
   else:
     if summary['kind'] == 'distill':
-      print(f'{summary["draft"]} distilled on {summary["examples"]} of {summary["target"]}\'s '
-            f'own decodes, {summary["steps"]} steps: KL {summary["final_loss"]:.3f}, '
-            f'agreement with its argmax {summary["final_accuracy"]:.3f} -> '
-            f'{summary["output"]} (--draft PATH decodes with it)')
+      whose = summary['draft'] if summary['data'] == 'draft' else summary['target']
+      how = 'greedy' if summary['data_temperature'] == 0 else \
+          f'sampled at T={summary["data_temperature"]:g}'
+      print(f'{summary["draft"]} distilled on {summary["examples"]} of {whose}\'s own '
+            f'decodes ({how}), {summary["steps"]} steps: {summary["loss"].upper()} '
+            f'{summary["final_loss"]:.3f}, agreement with the target\'s argmax '
+            f'{summary["final_accuracy"]:.3f} -> {summary["output"]} (--draft PATH decodes '
+            'with it)')
     elif summary['kind'] == 'layerskip':
       print(f'An early exit for {summary["target"]}\'s first {summary["layers"]} decoder '
             f'layers trained on {summary["examples"]} of its own decodes, {summary["steps"]} '

@@ -148,7 +148,7 @@ def test_a_stopped_training_resumes_with_nothing_lost(tmp_path):
                           save_every=2)
 
   def run(workdir, **kw):
-    data = data_lib.target_decodes(target, tp, inputs, str(workdir / 'decodes'), 8,
+    data = data_lib.decodes(target, tp, inputs, str(workdir / 'decodes'), 8,
                                    chunk=8, progress=False)
     return eagle.train(head, tp, data, str(workdir), settings, progress=False, **kw)
 
@@ -269,7 +269,7 @@ def test_a_second_pass_learns_from_the_heads_own_states(tmp_path, capsys):
   rng = np.random.default_rng(1)
   inputs = rng.integers(3, 32, (6, 5)).astype(np.int32)
   inputs[:, -1] = 1
-  inputs, seqs, spans = map(jnp.asarray, data_lib.target_decodes(
+  inputs, seqs, spans = map(jnp.asarray, data_lib.decodes(
       target, tp, inputs, str(tmp_path / 'decodes'), 6, chunk=8, progress=False))
   head = EagleHead(target)
   own = head.init(jax.random.PRNGKey(3))

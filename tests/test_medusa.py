@@ -173,7 +173,7 @@ def test_a_killed_training_resumes_with_nothing_lost(tmp_path, monkeypatch):
   heads = MedusaHeads(target, 2)
 
   def run(workdir, **kw):
-    data = data_lib.target_decodes(target, tp, inputs, str(workdir / 'decodes'), 8,
+    data = data_lib.decodes(target, tp, inputs, str(workdir / 'decodes'), 8,
                                    chunk=8, progress=False)
     return medusa.train(heads, tp, data, str(workdir), SETTINGS, progress=False, **kw)
 
@@ -188,7 +188,7 @@ def test_a_killed_training_resumes_with_nothing_lost(tmp_path, monkeypatch):
       from specjax.proposers.medusa import MedusaHeads
       target, tp, inputs = t._tiny_data()
       workdir = pathlib.Path({str(killed)!r})
-      data = data_lib.target_decodes(target, tp, inputs, str(workdir / 'decodes'), 8,
+      data = data_lib.decodes(target, tp, inputs, str(workdir / 'decodes'), 8,
                                      chunk=8, progress=False)
       def die(step):
         if step == 2:

@@ -7,6 +7,8 @@ from typing import Optional
 from specjax.flags import flag
 
 KINDS = ('medusa', 'eagle', 'distill', 'layerskip')
+DISTILL_DATA = ('target', 'draft')
+DISTILL_LOSSES = ('kl', 'tvd')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,17 @@ class TrainDraftConfig:
                            '> 1 reads the head\'s own states of pass k - 1 for the '
                            'target\'s, as a draft at depth k does (EAGLE-3\'s training-time '
                            'test, approximated; --kind eagle)')
+  distill_data: str = flag('target', 'whose decodes of the inputs a distilled draft learns '
+                           'from (--kind distill): target, the target\'s; draft, the draft\'s '
+                           'own (on-policy, as DistillSpec prefers); greedy, or sampled at '
+                           '--distill-temperature', choices=DISTILL_DATA)
+  distill_temperature: float = flag(0.0, 'temperature of those decodes (--kind distill): 0 '
+                                    'greedy, > 0 sampled')
+  distill_loss: str = flag('kl', 'what a distilled draft minimises at each position (--kind '
+                           'distill): kl, the forward KL divergence KL(p || q) from the '
+                           'target\'s distribution p; tvd, the total variation distance '
+                           '0.5 sum |p - q|, which is 1 - the acceptance probability of a '
+                           'sampled draft token there', choices=DISTILL_LOSSES)
   steps: int = flag(1000, 'optimizer steps')
   batch_size: int = flag(32, 'sequences per step')
   learning_rate: float = flag(1e-3, 'peak learning rate (Adam, warmup then cosine decay)')

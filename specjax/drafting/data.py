@@ -1,4 +1,5 @@
-"""The data drafts learn from: the target's own greedy decodes of training inputs.
+"""The data drafts learn from: a model's own decodes of training inputs (the target's
+greedy ones; for a distilled draft, the target's or the draft's own, greedy or sampled).
 
 Decoded in chunks, each written to the work directory as it finishes
 (`chunk_00000.npz`: the inputs [n, S] and the decoder sequences [n, P + L], prompt and
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.core import api
+from specjax.core.sampling import SamplingConfig
 
 
 def sequences(target, inputs: np.ndarray, outputs: np.ndarray, lengths: np.ndarray
@@ -31,25 +33,29 @@ def sequences(target, inputs: np.ndarray, outputs: np.ndarray, lengths: np.ndarr
   return seqs, spans
 
 
-def target_decodes(target, tp, inputs: np.ndarray, directory: str, max_decode_len: int,
-                   chunk: int = 256, batch: int = 64, progress: bool = True
-                   ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(inputs [N, S], sequences [N, P + L], spans [N, 2]) of the target's greedy decodes
-  of `inputs` (`sequences`).
+def decodes(model, params, inputs: np.ndarray, directory: str, max_decode_len: int,
+            chunk: int = 256, batch: int = 64, progress: bool = True,
+            temperature: float = 0.0, seed: int = 0
+            ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(inputs [N, S], sequences [N, P + L], spans [N, 2]) of `model`'s decodes of `inputs`
+  (`sequences`): greedy, or sampled at `temperature` (chunk i with the key
+  fold_in(PRNGKey(seed), i), so a rerun samples what a killed run would have).
 
   Args:
-    target, tp: the target and its params.
-    inputs: [N, S] int32, right-padded with the target's pad id.
+    model, params: the model that decodes (the target, or a draft on-policy).
+    inputs: [N, S] int32, right-padded with the model's pad id.
     directory: where the chunks are kept (made if missing).
     max_decode_len: L, the most tokens per output.
     chunk: inputs per chunk file.
     batch: rows decoded at once (refilled).
     progress: a progress bar over the inputs.
+    temperature: 0 greedy, > 0 sampled.
+    seed: of the sampled decodes.
   """
   from tqdm import tqdm  # pylint: disable=import-outside-toplevel
   os.makedirs(directory, exist_ok=True)
   starts = range(0, len(inputs), chunk)
-  bar = tqdm(total=len(inputs), unit='ex', desc='target decodes', disable=not progress)
+  bar = tqdm(total=len(inputs), unit='ex', desc='decodes', disable=not progress)
   got_inputs, got_seqs, got_spans = [], [], []
   for i, start in enumerate(starts):
     path = os.path.join(directory, f'chunk_{i:05d}.npz')
@@ -61,9 +67,11 @@ def target_decodes(target, tp, inputs: np.ndarray, directory: str, max_decode_le
         raise ValueError(f'{path} holds the decodes of other inputs: pass another '
                          '--workdir, or remove it')
     else:
-      out = api.autoregressive_decode(target, tp, rows, max_decode_len=max_decode_len,
-                                      slots=min(batch, len(rows)))
-      seqs, spans = sequences(target, rows, np.asarray(jax.device_get(out.tokens)),
+      out = api.autoregressive_decode(
+          model, params, rows, max_decode_len=max_decode_len, slots=min(batch, len(rows)),
+          sampling=SamplingConfig(temperature), rng=jax.random.fold_in(
+              jax.random.PRNGKey(seed), i))
+      seqs, spans = sequences(model, rows, np.asarray(jax.device_get(out.tokens)),
                               np.asarray(jax.device_get(out.lengths)))
       tmp = path + '.tmp.npz'
       np.savez(tmp, inputs=rows, sequences=seqs, spans=spans)
@@ -75,5 +83,5 @@ def target_decodes(target, tp, inputs: np.ndarray, directory: str, max_decode_le
   bar.close()
   width = max(s.shape[1] for s in got_seqs)
   seqs = np.concatenate([np.pad(s, ((0, 0), (0, width - s.shape[1])),
-                                constant_values=target.pad_id) for s in got_seqs])
+                                constant_values=model.pad_id) for s in got_seqs])
   return np.concatenate(got_inputs), seqs, np.concatenate(got_spans)

@@ -1,13 +1,15 @@
-"""Distilling a draft model on the target's own decodes (DistillSpec).
+"""Distilling a draft model on the target's decodes or its own (DistillSpec).
 
-The target is frozen: each step runs it teacher-forced over a batch of its own decoder
-sequences (prompt, then its greedy output) for its next-token distributions p, and the
-draft model, teacher-forced over the same sequences, learns them: the forward KL
-divergence KL(p || q) of its distribution q at every position from the prompt's last
-token on, while the token it predicts is in the sequence. Alpha is the expectation of
-sum min(p, q) over the positions the draft proposes, which this pulls up where the draft
-was trained on references rather than on what the target says. The loop, its
-checkpoints and its resume are `specjax.drafting.fit`'s.
+The target is frozen: each step runs it teacher-forced over a batch of decoder sequences
+(prompt, then an output: the target's own greedy or sampled decode, or on-policy the
+draft's own) for its next-token distributions p, and the draft model, teacher-forced over
+the same sequences, learns them: the forward KL divergence KL(p || q) of its distribution
+q, or the total variation distance 0.5 sum |p - q| (`divergence`), at every position from
+the prompt's last token on, while the token it predicts is in the sequence. Alpha is the
+expectation of sum min(p, q) = 1 - the total variation over the positions the draft
+proposes, which this pulls up where the draft was trained on references rather than on
+what the target says. The loop, its checkpoints and its resume are
+`specjax.drafting.fit`'s.
 
 Shape letters: B rows, T sequence positions, V vocab, S inputs.
 """
@@ -30,16 +32,29 @@ class Distillation:
   Attributes:
     target: the target model.
     draft: the draft model (its params are what train).
+    loss: 'kl' or 'tvd' (`divergence`).
   """
 
   target: Any
   draft: Any
+  loss: str = 'kl'
+
+
+def divergence(log_p: jax.Array, log_q: jax.Array, kind: str) -> jax.Array:
+  """Per position, of the target's log-probabilities log_p [..., V] and the draft's log_q:
+  'kl', the forward KL(p || q); 'tvd', the total variation 0.5 sum |p - q| (1 - the
+  chance that the rule accepts a token the draft samples there). [...]."""
+  if kind == 'tvd':
+    return 0.5 * jnp.sum(jnp.abs(jnp.exp(log_p) - jnp.exp(log_q)), -1)
+  if kind != 'kl':
+    raise ValueError(f'a distillation loss is kl or tvd, got {kind!r}')
+  return jnp.sum(jnp.exp(log_p) * (log_p - log_q), -1)
 
 
 def loss_fn(dp, pair: Distillation, tp, inputs: jax.Array, seqs: jax.Array,
             spans: jax.Array):
-  """(the mean forward KL(p || q) over the counted positions of seqs [B, T], the draft's
-  top-1 agreement with the target's argmax there)."""
+  """(the mean `divergence` (pair.loss) over the counted positions of seqs [B, T], the
+  draft's top-1 agreement with the target's argmax there)."""
   batch, width = seqs.shape
   _, logits, _ = fit_lib.teacher_forced(pair.target, tp, inputs, seqs)  # [B, T, V]
   draft = pair.draft
@@ -47,11 +62,11 @@ def loss_fn(dp, pair: Distillation, tp, inputs: jax.Array, seqs: jax.Array,
                              seqs, jnp.zeros((batch,), jnp.int32))
   log_p = jax.nn.log_softmax(logits, -1)
   log_q = jax.nn.log_softmax(q_logits.astype(jnp.float32), -1)
-  kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), -1)  # [B, T]
+  per_position = divergence(log_p, log_q, pair.loss)  # [B, T]
   weight = fit_lib.counted(spans, width).astype(jnp.float32)
   total = jnp.maximum(jnp.sum(weight), 1.0)
   agree = (jnp.argmax(q_logits, -1) == jnp.argmax(logits, -1)).astype(jnp.float32)
-  return jnp.sum(kl * weight) / total, jnp.sum(agree * weight) / total
+  return jnp.sum(per_position * weight) / total, jnp.sum(agree * weight) / total
 
 
 def make_step(pair: Distillation, tx: optax.GradientTransformation) -> Callable:
