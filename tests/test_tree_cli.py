@@ -147,7 +147,8 @@ BEFORE_LOAD = ['--target', 'no_such_model', '--quiet']
     (['--tree', '4,2,1', '--gamma', '0'], "drop --gamma (a tree's gamma is its depth, 3)"),
     (['--tree', '1,1,1', '--max-decode-len', '2'], 'more than --max-decode-len 2'),
 ], ids=['static+dynamic', 'static+depth', 'nodes alone', 'depth alone', 'bad string',
-        'zero children', 'empty', 'dynamic as --tree', 'zero nodes', 'pool too small', 'top alone', 'top+static',
+        'zero children', 'empty', 'dynamic as --tree', 'zero nodes', 'pool too small',
+        'top alone', 'top+static',
         'block', 'threshold', 'block+threshold', 'copy', 'copy+model', 'gamma 3',
         'gamma 0', 'deeper than L'])
 def test_bad_tree_flags_are_one_line_before_any_load(capsys, flags, message):

@@ -6,11 +6,11 @@ draft is a model (`specjax.core.model_proposer`) or a proposer's scores in a mod
 Both start with the chain's first call (`steps.first_call`: by default the catch-up of
 two tokens at positions pos - 1 and pos, so that the draft's cache holds every committed
 token), then feed one depth's nodes per call with a tree mask (`specjax.models.base.Tree`)
-in the draft's scratch slots after the root. Children are the draft's top tokens below a node by its logits (point masses: a
-deterministic choice), or, at a depth of a static tree with one child per node under
-sampling, a draw from the draft's warped distribution (as the chain drafts). Either way a
-node's candidates are drawn independently of the target's randomness, which the exact tree
-rule needs.
+in the draft's scratch slots after the root. Children are the draft's top tokens below a
+node by its logits (point masses: a deterministic choice), or, at a depth of a static tree
+with one child per node under sampling, a draw from the draft's warped distribution (as
+the chain drafts). Either way a node's candidates are drawn independently of the target's
+randomness, which the exact tree rule needs.
 
 Shape letters: B rows, N nodes, M = N + 1 tree slots, D depth, K nodes of one call,
 P candidates of a dynamic tree, V vocab.

@@ -8,8 +8,9 @@ DRAFT_KIND), as `--draft` names them on the command line:
   directory); their params sit under `draft` with their logical axes, so T5X's partitioner
   shards them by its rules as it does the target's;
 - 'layerskip:M': the target's own first M decoder layers, drafting in the target's cache;
-  no params of its own (nothing under `draft`) and no checkpoint, or, with DRAFT_CHECKPOINT_PATH, the early exit that
-  `python -m specjax.train_draft --kind layerskip --layers M` trained (under `draft`).
+  no params of its own (nothing under `draft`) and no checkpoint, or, with
+  DRAFT_CHECKPOINT_PATH, the early exit that `python -m specjax.train_draft --kind
+  layerskip --layers M` trained (under `draft`).
 
 Imports no t5x.
 """
