@@ -72,17 +72,25 @@ def _inputs(cfg: TrainDraftConfig, examples: list, vocab):
   return ids[:, :width]
 
 
+# The flags of a distilled draft's data and loss; other kinds keep their defaults.
+DISTILL_FLAGS = ('distill_data', 'distill_temperature', 'distill_loss')
 # What a run's decodes and checkpoints depend on: a rerun in its --workdir repeats them.
 RUN_SETTINGS = ('kind', 'target', 'target_checkpoint', 'draft', 'layers', 'heads',
-                'eagle_passes', 'distill_data', 'distill_temperature', 'distill_loss',
-                'max_examples', 'max_input_len', 'max_decode_len', 'steps',
-                'batch_size', 'learning_rate', 'warmup_steps', 'seed')
+                'eagle_passes', *DISTILL_FLAGS, 'max_examples', 'max_input_len',
+                'max_decode_len', 'steps', 'batch_size', 'learning_rate', 'warmup_steps',
+                'seed')
+
+
+def _distill_defaults(cfg: TrainDraftConfig, names=DISTILL_FLAGS) -> bool:
+  """Whether `names` of cfg are as the config declares them by default."""
+  defaults = TrainDraftConfig()
+  return all(getattr(cfg, name) == getattr(defaults, name) for name in names)
 
 
 def _decodes_dir(cfg: TrainDraftConfig) -> str:
   """The work directory's folder of the decodes a run learns from: 'decodes' for the
-  target's greedy ones, else named by whose and the temperature."""
-  if (cfg.distill_data, cfg.distill_temperature) == ('target', 0.0):
+  target's greedy ones (the default data), else named by whose and the temperature."""
+  if _distill_defaults(cfg, ('distill_data', 'distill_temperature')):
     return 'decodes'
   return f'decodes_{cfg.distill_data}_t{cfg.distill_temperature:g}'
 
@@ -126,8 +134,7 @@ def run(cfg: TrainDraftConfig) -> dict:
   if cfg.eagle_passes < 1 or (cfg.eagle_passes > 1 and cfg.kind != 'eagle'):
     raise ValueError(f'--eagle-passes is the EAGLE head\'s (an integer >= 1); got '
                      f'{cfg.eagle_passes} with --kind {cfg.kind}')
-  distill_flags = (cfg.distill_data, cfg.distill_temperature, cfg.distill_loss)
-  if cfg.kind != 'distill' and distill_flags != ('target', 0.0, 'kl'):
+  if cfg.kind != 'distill' and not _distill_defaults(cfg):
     raise ValueError('--distill-data, --distill-temperature and --distill-loss are a '
                      f'distilled draft\'s: pass --kind distill, or drop them for --kind '
                      f'{cfg.kind}')
