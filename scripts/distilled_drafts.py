@@ -11,6 +11,16 @@ each temperature.
         --on-policy ende=runs/onpolicy_ende/heads,manpages=runs/onpolicy_manpages/heads \
         --json docs/distilled_drafts.json --markdown docs/benchmarks.md
 
+A draft trained on the references alone, as drafts usually are, and that draft distilled
+(optional; DistillSpec's comparison):
+
+    python scripts/train_demo.py --task ende --stages draft,export --draft-learns references \
+        --workdir runs/references_ende --assets runs/references_ende/assets
+    python -m specjax.train_draft --kind distill --target demo_target \
+        --draft runs/references_ende/assets/draft --input TRAIN --workdir runs/ref_distill_ende
+    python scripts/distilled_drafts.py ... --references ende=runs/references_ende/assets/draft \
+        --references-distilled ende=runs/ref_distill_ende/heads
+
 TRAIN is the first 4096 inputs of the task's train split (scripts/build_demo_corpus.py,
 scripts/build_manpage_corpus.py write them). The distilled drafts are not bundled: they
 are the bundled drafts' architecture with other weights, so their cost c is the bundled
@@ -49,6 +59,16 @@ def parse_args(argv=None):
                       'decodes by the total variation (train_draft --kind distill '
                       '--distill-data draft --distill-temperature 1 --distill-loss tvd), '
                       'its rows beside the others (optional)')
+  p.add_argument('--references', default='',
+                 help='TASK=PATH,...: each task\'s draft of the bundled draft\'s architecture '
+                      'trained on the references alone (scripts/train_demo.py --draft-learns '
+                      'references; its exported draft/), as a draft is usually trained '
+                      '(optional)')
+  p.add_argument('--references-distilled', default='',
+                 help='TASK=PATH,...: that draft distilled as --distilled\'s (train_draft '
+                      '--kind distill --draft PATH), beside the one it started from (optional)')
+  p.add_argument('--references-on-policy', default='',
+                 help='TASK=PATH,...: that draft distilled as --on-policy\'s (optional)')
   return p.parse_args(argv)
 
 
@@ -56,17 +76,31 @@ def _paths(spec: str) -> dict:
   return dict(item.split('=', 1) for item in spec.split(',') if item)
 
 
+# The drafts beside the bundled one: (flag, row label, the label of the row of the draft it
+# was distilled from: '' for the bundled draft, None for a draft not distilled).
+DRAFTS = (('distilled', 'distilled', ''), ('on_policy', 'on-policy', ''),
+          ('references', 'references', None),
+          ('references_distilled', 'references, distilled', 'references'),
+          ('references_on_policy', 'references, on-policy', 'references'))
+
+
 def _load(path: str) -> tuple:
-  """(model, float32 params, meta) of a distilled draft (stored bfloat16)."""
+  """(model, float32 params, meta) of a draft (stored bfloat16); meta {} where it is not a
+  train_draft output (a draft trained on references)."""
   model, params = loader.load_model(None, path)
-  meta, _ = heads_io.load_heads(path)
+  meta = (heads_io.load_heads(path)[0]
+          if os.path.exists(os.path.join(path, heads_io.META_FILE)) else {})
   return model, jax.tree.map(lambda a: a.astype(jnp.float32), params), meta
 
 
 def run_task(task: str, args) -> tuple:
-  paths = {'distilled': _paths(args.distilled), 'on-policy': _paths(args.on_policy)}
+  paths = {label: _paths(getattr(args, flag)) for flag, label, _ in DRAFTS}
   if task not in paths['distilled']:
     raise SystemExit(f'error: no distilled draft for {task}: pass --distilled {task}=PATH')
+  for flag, label, start in DRAFTS:
+    if start and task in paths[label] and task not in paths[start]:
+      raise SystemExit(f'error: --{flag.replace("_", "-")} {task}=PATH needs the draft it '
+                       f'started from: pass --{start} {task}=PATH')
   target, tp, draft, dp, inputs = sweep.load_task(task, args.num_examples)
   name = sweep.TASKS[task] + 'draft'
   shapes = args.shapes.split(';')
@@ -77,8 +111,7 @@ def run_task(task: str, args) -> tuple:
       proposers[label] = (model, params, shapes)
   rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
   c = layer_skip.costs(task, ['model'], args.rounds)[name]
-  return rows, {'c': {label: c for label in proposers}, 'heads': metas['distilled'],
-                'on_policy': metas.get('on-policy')}
+  return rows, {'c': {label: c for label in proposers}, 'drafts': metas}
 
 
 def markdown(rows: list, tasks: dict, command: str) -> str:
@@ -95,19 +128,29 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'them again moves alpha by about 0.02 or less either way (the bullets below: the '
            'chain of 4), about what 64 lines resolve: the method is for a draft that '
            'learned references, which neither bundled draft is.', '']
-  if any(info.get('on_policy') for info in tasks.values()):
+  shown = lambda label: any(label in info['drafts'] for info in tasks.values())
+  if shown('on-policy'):
     lines += ['"on-policy" is the same draft fine-tuned instead on its own decodes of the '
               'inputs, sampled at T=1, by the total variation 0.5 sum |p - q| '
               '(`--distill-data draft --distill-temperature 1 --distill-loss tvd`): '
               'DistillSpec\'s choice, and at T=1 the very quantity alpha is one minus.', '']
+  if shown('references'):
+    lines += ['"references" is a draft of the same architecture trained from scratch on the '
+              'references alone by cross-entropy, as a draft is usually trained '
+              '(`scripts/train_demo.py --stages draft,export --draft-learns references`, '
+              'the bundled draft\'s time budget); "references, distilled" and "references, '
+              'on-policy" are that draft distilled as above: the comparison DistillSpec '
+              'makes.', '']
   lines += medusa_heads.table(rows, tasks) + ['']
   temperatures = sorted({r['temperature'] for r in rows})
   for task, info in tasks.items():
-    for label, meta in (('distilled', info['heads']), ('on-policy', info.get('on_policy'))):
-      if not meta:
+    for _, label, start in DRAFTS:
+      meta = info['drafts'].get(label)
+      if start is None or meta is None:
         continue
-      before = lambda t, m=meta: _alpha(rows, task, t, m['draft'])
-      lines.append(f'- {task}, {label}: {meta["draft"]} distilled for {meta["steps"]} steps '
+      start = start or meta['draft']
+      before = lambda t, start=start: _alpha(rows, task, t, start)
+      lines.append(f'- {task}, {label}: {start} distilled for {meta["steps"]} steps '
                    f'of {meta["batch_size"]} sequences (Adam at {meta["learning_rate"]:g}); '
                    'alpha of the chain of 4, before and after: ' + '; '.join(
                        f'T={t:g} {before(t):.3f} -> {_alpha(rows, task, t, label):.3f} '
@@ -124,10 +167,13 @@ def _alpha(rows: list, task: str, temperature: float, proposer: str) -> float:
 def main(argv=None) -> int:
   args = parse_args(argv)
   rows, tasks = proposer_trees.collect(args, run_task)
-  command = ('python scripts/distilled_drafts.py --distilled ende=...,manpages=... '
-             + ('--on-policy ende=...,manpages=... '
-                if any(info.get('on_policy') for info in tasks.values()) else '')
-             + '--json docs/distilled_drafts.json --markdown docs/benchmarks.md')
+  command = ['python scripts/distilled_drafts.py']
+  for flag, label, _ in DRAFTS:
+    given = [task for task, info in tasks.items() if label in info['drafts']]
+    if given:
+      command.append(f'--{flag.replace("_", "-")} ' + ','.join(f'{t}=...' for t in given))
+  command = ' '.join(command + ['--json docs/distilled_drafts.json',
+                                '--markdown docs/benchmarks.md'])
   return proposer_trees.finish(args, rows, tasks, SECTION, markdown(rows, tasks, command))
 
 

@@ -81,6 +81,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                  'train,unlabelled for ende, train for manpages')
   p.add_argument('--draft-real-fraction', type=float, default=0.0,
                  help='share of real references added to the distilled draft data')
+  p.add_argument('--draft-learns', default='target', choices=('target', 'references'),
+                 help='target: the target\'s own greedy outputs and distributions (what the '
+                 'bundled drafts learned); references: the train split\'s references alone, '
+                 'by cross-entropy, as a draft is usually trained (a baseline for '
+                 'train_draft --kind distill)')
   p.add_argument('--warmup-steps', type=int, default=100)
   p.add_argument('--eval-every', type=int, default=100, help='steps between val losses')
   p.add_argument('--decode-batch', type=int, default=256)
@@ -267,6 +272,12 @@ def _distilled(args, sp, split):
 
 def stage_draft(args):
   sp = _sp(args)
+  if args.draft_learns == 'references':
+    x, y, _ = load_split(args, sp, 'train')
+    vx, vy, _ = load_split(args, sp, 'validation')
+    _train(args, 'draft', args.task.draft, x, y, vx, vy, args.draft_minutes, args.draft_steps,
+           args.draft_lr, args.draft_dropout, extra={'learned': 'references'})
+    return
   parts = [_distilled(args, sp, split) for split in args.distill_splits]
   x, y = sum((p[0] for p in parts), []), sum((p[1] for p in parts), [])
   soft = tuple(np.concatenate([p[2][i] for p in parts]) for i in range(2))
@@ -291,6 +302,9 @@ def stage_draft(args):
 
 def stage_export(args):
   for name, config in (('target', args.task.target), ('draft', args.task.draft)):
+    if not os.path.isdir(os.path.join(args.workdir, name)):
+      log(f'export: no {name} trained in {args.workdir}, skipping it')
+      continue
     params = training.load_trained_params(T5(config), os.path.join(args.workdir, name))
     # Stored as bfloat16 (half the bytes); load_model restores float32.
     params = jax.tree.map(lambda a: np.asarray(a, jnp.bfloat16), params)
