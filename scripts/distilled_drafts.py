@@ -116,18 +116,18 @@ def run_task(task: str, args) -> tuple:
 
 def markdown(rows: list, tasks: dict, command: str) -> str:
   lines = [SECTION, '', f'`{command}`', '',
-           'Each task\'s draft model fine-tuned on the target\'s own greedy decodes of 4096 '
-           'training inputs by the forward KL divergence from the target\'s next-token '
-           'distributions (`python -m specjax.train_draft --kind distill`, DistillSpec), '
-           'beside the draft it started from. Tokens per target call (hardware-free) and '
-           'alpha of the best chain and the best tree of each; c is the same for both (one '
+           'Draft models fine-tuned on the target\'s own greedy decodes by the forward KL '
+           'divergence from the target\'s next-token distributions (`python -m '
+           'specjax.train_draft --kind distill`, DistillSpec), beside the draft each started '
+           'from (the bullets below: how many inputs\' decodes, how many steps, and alpha of '
+           'the chain of 4 before and after). Tokens per target call (hardware-free) and '
+           'alpha of the best chain and the best tree of each; c is the same for all (one '
            'architecture). Every greedy row was identical to the target alone '
            '(`identical_to_target` in the JSON). Both bundled drafts learned the target\'s '
            'own outputs already (their MODEL_CARD.md: KL from the target plus '
            'cross-entropy on its greedy token, on more inputs than these), so distilling '
-           'them again moves alpha by about 0.02 or less either way (the bullets below: the '
-           'chain of 4), about what 64 lines resolve: the method is for a draft that '
-           'learned references, which neither bundled draft is.', '']
+           'them again moves alpha by about 0.02 or less either way, about what 64 lines '
+           'resolve.', '']
   shown = lambda label: any(label in info['drafts'] for info in tasks.values())
   if shown('on-policy'):
     lines += ['"on-policy" is the same draft fine-tuned instead on its own decodes of the '
@@ -138,9 +138,21 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
     lines += ['"references" is a draft of the same architecture trained from scratch on the '
               'references alone by cross-entropy, as a draft is usually trained '
               '(`scripts/train_demo.py --stages draft,export --draft-learns references`, '
-              'the bundled draft\'s time budget); "references, distilled" and "references, '
-              'on-policy" are that draft distilled as above: the comparison DistillSpec '
-              'makes.', '']
+              'the bundled draft\'s time budget); the rows "references, ..." are that draft '
+              'distilled as above.', '']
+    for task, info in tasks.items():
+      if 'references' not in info['drafts']:
+        continue
+      bundled = sweep.TASKS[task] + 'draft'
+      lines += [f'- {task}: alpha of the chain of 4 of the draft that learned the references, '
+                f'and of {bundled}, which learned the target\'s outputs and distributions '
+                'instead (its model card: the same architecture and time budget; inputs the '
+                'target labelled beyond the references, as distillation allows): ' + '; '.join(
+                    f'T={t:g} {_alpha(rows, task, t, "references"):.3f} against '
+                    f'{_alpha(rows, task, t, bundled):.3f} '
+                    f'({_alpha(rows, task, t, bundled) - _alpha(rows, task, t, "references"):+.3f})'
+                    for t in sorted({r['temperature'] for r in rows})) + '.']
+    lines += ['']
   lines += medusa_heads.table(rows, tasks) + ['']
   temperatures = sorted({r['temperature'] for r in rows})
   for task, info in tasks.items():
@@ -150,8 +162,9 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
         continue
       start = start or meta['draft']
       before = lambda t, start=start: _alpha(rows, task, t, start)
-      lines.append(f'- {task}, {label}: {start} distilled for {meta["steps"]} steps '
-                   f'of {meta["batch_size"]} sequences (Adam at {meta["learning_rate"]:g}); '
+      lines.append(f'- {task}, {label}: {start} distilled on the decodes of '
+                   f'{meta["examples"]} inputs for {meta["steps"]} steps of '
+                   f'{meta["batch_size"]} sequences (Adam at {meta["learning_rate"]:g}); '
                    'alpha of the chain of 4, before and after: ' + '; '.join(
                        f'T={t:g} {before(t):.3f} -> {_alpha(rows, task, t, label):.3f} '
                        f'({_alpha(rows, task, t, label) - before(t):+.3f})'
