@@ -7,7 +7,8 @@ each temperature.
     python -m specjax.train_draft --kind distill --target demo_target --input TRAIN \
         --distill-data draft --distill-temperature 1 --distill-loss tvd \
         --workdir runs/onpolicy_ende                  # on-policy (optional), likewise
-    python scripts/distilled_drafts.py --distilled ende=runs/distill_ende/heads,manpages=runs/distill_manpages/heads \
+    python scripts/distilled_drafts.py \
+        --distilled ende=runs/distill_ende/heads,manpages=runs/distill_manpages/heads \
         --on-policy ende=runs/onpolicy_ende/heads,manpages=runs/onpolicy_manpages/heads \
         --json docs/distilled_drafts.json --markdown docs/benchmarks.md
 
