@@ -129,13 +129,12 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'cross-entropy on its greedy token, on more inputs than these), so distilling '
            'them again moves alpha by about 0.02 or less either way, about what 64 lines '
            'resolve.', '']
-  shown = lambda label: any(label in info['drafts'] for info in tasks.values())
-  if shown('on-policy'):
+  if _given(tasks, 'on-policy'):
     lines += ['"on-policy" is the same draft fine-tuned instead on its own decodes of the '
               'inputs, sampled at T=1, by the total variation 0.5 sum |p - q| '
               '(`--distill-data draft --distill-temperature 1 --distill-loss tvd`): '
               'DistillSpec\'s choice, and at T=1 the very quantity alpha is one minus.', '']
-  if shown('references'):
+  if _given(tasks, 'references'):
     lines += ['"references" is a draft of the same architecture trained from scratch on the '
               'references alone by cross-entropy, as a draft is usually trained '
               '(`scripts/train_demo.py --stages draft,export --draft-learns references`, '
@@ -145,14 +144,14 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
       if 'references' not in info['drafts']:
         continue
       bundled = sweep.TASKS[task] + 'draft'
+      pairs = [(t, _alpha(rows, task, t, 'references'), _alpha(rows, task, t, bundled))
+               for t in sorted({r['temperature'] for r in rows})]
       lines += [f'- {task}: alpha of the chain of 4 of the draft that learned the references, '
                 f'and of {bundled}, which learned the target\'s outputs and distributions '
                 'instead (its model card: the same architecture and time budget; inputs the '
                 'target labelled beyond the references, as distillation allows): ' + '; '.join(
-                    f'T={t:g} {_alpha(rows, task, t, "references"):.3f} against '
-                    f'{_alpha(rows, task, t, bundled):.3f} '
-                    f'({_alpha(rows, task, t, bundled) - _alpha(rows, task, t, "references"):+.3f})'
-                    for t in sorted({r['temperature'] for r in rows})) + '.']
+                    f'T={t:g} {ref:.3f} against {dist:.3f} ({dist - ref:+.3f})'
+                    for t, ref, dist in pairs) + '.']
     lines += ['']
   lines += medusa_heads.table(rows, tasks) + ['']
   temperatures = sorted({r['temperature'] for r in rows})
@@ -173,6 +172,11 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def _given(tasks: dict, label: str) -> list:
+  """The tasks that have a draft of this row label."""
+  return [task for task, info in tasks.items() if label in info['drafts']]
+
+
 def _alpha(rows: list, task: str, temperature: float, proposer: str) -> float:
   return next(r['alpha'] for r in rows if r['task'] == task and r['proposer'] == proposer
               and r['temperature'] == temperature and r['shape'] == 'chain 4')
@@ -183,7 +187,7 @@ def main(argv=None) -> int:
   rows, tasks = proposer_trees.collect(args, run_task)
   command = ['python scripts/distilled_drafts.py']
   for flag, label, _ in DRAFTS:
-    given = [task for task, info in tasks.items() if label in info['drafts']]
+    given = _given(tasks, label)
     if given:
       command.append(f'--{flag.replace("_", "-")} ' + ','.join(f'{t}=...' for t in given))
   command = ' '.join(command + ['--json docs/distilled_drafts.json',

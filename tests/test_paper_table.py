@@ -12,6 +12,8 @@ import pytest
 from specjax.bench import cli, paper_report, paper_table
 from specjax.speed import paper
 
+from scripts_for_tests import load_script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = 't5_tiny_draft'  # the draft model of --quick
 PAPER_HEADING = '## The paper\'s published cells'
@@ -253,18 +255,8 @@ def test_a_table_merged_from_runs_names_each_runs_date_and_tasks():
   assert paper_report.run_dates(result) == '2026-12-01'
 
 
-def _merge_script():
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'scripts',
-                      'paper_table_merge.py')
-  spec = importlib.util.spec_from_file_location('paper_table_merge', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_a_run_of_one_task_replaces_that_task_of_the_table_and_keeps_the_others(tmp_path):
-  merge = _merge_script()
+  merge = load_script('paper_table_merge')
   settings = {'gammas': [2, 4], 'temperatures': [0.0, 1.0], 'batch_size': 1,
               'max_decode_len': 48, 'rounds': 3}
   table = dict(settings, machine={'date': '2026-12-01'},

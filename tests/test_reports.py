@@ -1,7 +1,6 @@
 """Generated documents: written whole or not at all, never over a full TPU run's from a
 quick or CPU-only one, and bad output paths refused before any work (the plans and the
 bench, through their command lines)."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,6 +10,8 @@ import pytest
 
 from specjax import reports
 from specjax.bench import cli as bench_cli
+
+from scripts_for_tests import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL_TPU = {'programs': [{'model': 't5_xxl'}], 'run': {'tpu': True, 'quick': False}}
@@ -122,10 +123,7 @@ def test_kept_sections_are_the_named_ones_whole_in_the_order_asked(tmp_path):
 
 def test_a_rewritten_report_section_stays_where_it_stands(tmp_path):
   """A measuring script's rerun puts its section in place, not at the end of the file."""
-  path = os.path.join(ROOT, 'scripts', 'report_sections.py')
-  spec = importlib.util.spec_from_file_location('report_sections', path)
-  sections = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(sections)
+  sections = load_script('report_sections')
   doc = tmp_path / 'report.md'
   doc.write_text('# Report\n\n## A\n\nold a\n\n## B\n\nold b\n\n## C\n\nold c\n')
   sections.write_section(str(doc), '## B', '## B\n\nnew b\n')

@@ -1,7 +1,6 @@
 """scripts/train_demo.py --draft-learns references: a draft trained on the references alone
 (no target decodes needed), exported as a checkpoint the decode loads: the baseline a
 distilled draft is compared with."""
-import importlib.util
 import json
 import os
 
@@ -11,16 +10,7 @@ import numpy as np
 from specjax.checkpoints import loader
 from specjax.checkpoints.registry import ASSETS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _train_demo():
-  spec = importlib.util.spec_from_file_location(
-      'train_demo', os.path.join(ROOT, 'scripts', 'train_demo.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
+from scripts_for_tests import load_script
 
 def test_a_draft_trained_on_references_alone_is_exported_and_loads(tmp_path):
   rows = [json.loads(line) for line in open(os.path.join(ASSETS, 'test.jsonl'),
@@ -31,7 +21,7 @@ def test_a_draft_trained_on_references_alone_is_exported_and_loads(tmp_path):
     (data / f'{split}.jsonl').write_text(''.join(
         json.dumps({'en': r['en'], 'de': r['de']}) + '\n' for r in part))
   work, assets = tmp_path / 'work', tmp_path / 'assets'
-  train_demo = _train_demo()
+  train_demo = load_script('train_demo')
   train_demo.main(['--task', 'ende', '--stages', 'draft,export', '--draft-learns', 'references',
                    '--data', str(data), '--workdir', str(work), '--assets', str(assets),
                    '--draft-steps', '4', '--warmup-steps', '1', '--eval-every', '2',
