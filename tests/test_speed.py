@@ -239,3 +239,31 @@ def test_tree_speedup_is_tokens_over_draft_and_verify():
       for g in range(1, 9)))
   assert best == pytest.approx(predict.chain_speedup(
       chain, gamma, theory.expected_tokens_per_call(0.75, gamma)))
+
+
+def test_measured_programs_run_on_random_weights_and_fresh_donated_state():
+  """`python -m specjax.speed` times programs on N(0, 0.02^2) floats (zeros let a GPU's
+  matrix units run faster than real weights do), integers zero; the weights are filled once,
+  the donated state before every call; --init zeros is the old behaviour."""
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+  tree = {'w': spec((64, 32), jnp.bfloat16), 'pos': spec((4,), jnp.int32)}
+  filled = measure.fill(tree, 'random', jax.random.PRNGKey(1))
+  w = np.asarray(filled['w'], np.float32)
+  assert filled['w'].dtype == jnp.bfloat16 and filled['pos'].dtype == jnp.int32
+  assert np.count_nonzero(w) == w.size and abs(w.std() - measure.SCALE) < 0.003
+  np.testing.assert_array_equal(np.asarray(filled['pos']), 0)
+  assert not np.asarray(measure.fill(tree, 'zeros', jax.random.PRNGKey(1))['w']).any()
+  with pytest.raises(ValueError, match='random, zeros'):
+    measure.fill(tree, 'ones', jax.random.PRNGKey(1))
+  seen = []
+
+  def fn(w, state):
+    jax.debug.callback(lambda a, b: seen.append((np.asarray(a), np.asarray(b))), w, state)
+    return state + 1
+  state = spec((8,), jnp.float32)
+  assert measure.time_program(fn, (tree['w'], state), (1,), rounds=3) > 0
+  weights, states = zip(*seen)
+  assert len(seen) == 4 and all(np.array_equal(x, weights[0]) for x in weights)
+  assert len({s.tobytes() for s in states}) == 4 and all(s.any() for s in states)
+  assert measure.parse_args([]).init == 'random'

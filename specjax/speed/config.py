@@ -22,6 +22,9 @@ class MeasureConfig:
   max_decode_len: int = flag(128, 'L')
   temperatures: str = flag('0,1', '0 greedy, 1 sampling')
   rounds: int = flag(10, 'timed calls per program')
+  init: str = flag('random', 'random: floating-point arguments (weights, caches) drawn from '
+                   'N(0, 0.02^2), integers zero; zeros: every argument zero',
+                   choices=('random', 'zeros'))
   json: str = flag('tpu_speed_measured.json', 'rows and summaries')
 
 

@@ -1,11 +1,15 @@
 """The measured counterpart of the speed plan: the same programs, timed on a real device.
 
 `python -m specjax.speed` (on a TPU VM: `bash tpu/speed_bench.sh`) runs every program of
-`programs.program_fns` on this machine's default device, with zero-filled weights and
-state (a dense program's time does not depend on the values), each timed over several
-calls after a warm-up, and writes the same rows and columns as `python -m specjax.plan
---speed`: c, v(K), the loop's share and the speedup predicted from the measured times,
-with the same keys (target, draft, B, S, temperature, gamma).
+`programs.program_fns` on this machine's default device, each timed over several calls
+after a warm-up, and writes the same rows and columns as `python -m specjax.plan --speed`:
+c, v(K), the loop's share and the speedup predicted from the measured times, with the same
+keys (target, draft, B, S, temperature, gamma).
+
+The arguments are random by default (`--init random`): every floating-point value (the
+weights, the encoder outputs, the caches) is drawn from N(0, 0.02^2), integers (tokens,
+positions, PRNG keys) are zero. A dense program does the same work on any values, but a
+GPU's matrix units draw less power, and can run faster, on zeros (`--init zeros`).
 
 Shape letters: B batch, S input length, L max_decode_len.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import sys
 import time
@@ -65,16 +70,49 @@ class TimedRow:
     return dataclasses.asdict(self)
 
 
-def _zeros(tree):
-  return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype, device=a.sharding), tree)
+INITS = ('random', 'zeros')
+SCALE = 0.02  # the standard deviation of a random floating-point argument
 
 
-def time_program(fn, args, donate, rounds: int) -> float:
-  """The fastest of `rounds` calls of jit(fn) on fresh zero-filled args (after a warm-up)."""
+def fill(tree, init: str, key: jax.Array):
+  """Concrete arrays for the abstract leaves of `tree`, placed by their shardings.
+
+  Args:
+    tree: ShapeDtypeStructs (or arrays: only their shape, dtype and sharding are read).
+    init: 'random' (floating leaves ~ N(0, SCALE^2), a key of their own each, other leaves
+      zero) or 'zeros'.
+    key: the PRNG key the random leaves are drawn from.
+
+  Returns:
+    The same tree of arrays.
+  """
+  if init not in INITS:
+    raise ValueError(f'init {init!r}: pass one of {", ".join(INITS)}')
+  leaves, treedef = jax.tree.flatten(tree)
+  out = []
+  for i, a in enumerate(leaves):
+    if init == 'random' and jnp.issubdtype(a.dtype, jnp.floating):
+      x = SCALE * jax.random.normal(jax.random.fold_in(key, i), a.shape, a.dtype)
+    else:
+      x = jnp.zeros(a.shape, a.dtype)
+    out.append(jax.device_put(x, a.sharding) if getattr(a, 'sharding', None) else x)
+  return jax.tree.unflatten(treedef, out)
+
+
+def time_program(fn, args, donate, rounds: int, init: str = 'random') -> float:
+  """The fastest of `rounds` calls of jit(fn) after a warm-up call that compiles.
+
+  The arguments that are not donated (the weights) are filled once (`fill`); the donated
+  ones (the caches and the loop's state) afresh before every call, outside the timing.
+  """
   jitted = jax.jit(fn, donate_argnums=donate)
+  key = jax.random.PRNGKey(0)
+  kept = [None if j in donate else fill(a, init, jax.random.fold_in(key, j))
+          for j, a in enumerate(args)]
   best = float('inf')
   for i in range(rounds + 1):
-    concrete = _zeros(args)
+    concrete = [fill(a, init, jax.random.fold_in(key, len(args) * (i + 1) + j))
+                if j in donate else kept[j] for j, a in enumerate(args)]
     jax.block_until_ready(concrete)
     start = time.perf_counter()
     jax.block_until_ready(jitted(*concrete))
@@ -84,7 +122,8 @@ def time_program(fn, args, donate, rounds: int) -> float:
 
 
 def time_pair(target: str, draft: str, *, batch: int, input_len: int, max_decode_len: int,
-              greedy: bool, rounds: int = 5, dtype: str = 'bfloat16') -> List[TimedRow]:
+              greedy: bool, rounds: int = 5, dtype: str = 'bfloat16',
+              init: str = 'random') -> List[TimedRow]:
   """Times every program of one setting on this machine's first device."""
   mesh = programs.one_device_mesh(jax.devices()[0])
   s = programs.Setting(T5(T5_CONFIGS[target].replace(dtype=dtype)),
@@ -92,7 +131,7 @@ def time_pair(target: str, draft: str, *, batch: int, input_len: int, max_decode
                        max_decode_len, mesh, greedy, dtype)
   rows = []
   for model, program, tokens, fn, args, donate in programs.program_fns(s, lambda *k: True):
-    seconds = time_program(fn, args, donate, rounds)
+    seconds = time_program(fn, args, donate, rounds, init)
     rows.append(TimedRow(model=model, program=program, tokens=tokens, batch=batch,
                          input_len=input_len, max_decode_len=max_decode_len,
                          mesh=mesh_lib.mesh_shape(mesh), greedy=greedy, seconds=seconds,
@@ -133,7 +172,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       print(f'error: unknown model {name!r}; pass one of {", ".join(sorted(T5_CONFIGS))}',
             file=sys.stderr)
       return 2
-  out = {'device': jax.devices()[0].device_kind, 'rows': [], 'summary': []}
+  out = {'device': jax.devices()[0].device_kind, 'jax': jax.__version__,
+         'date': datetime.date.today().isoformat(), 'init': args.init, 'rows': [],
+         'summary': []}
   # Greedy first: the verify calls are timed there (they do not depend on the mode).
   modes = sorted({float(t) == 0.0 for t in args.temperatures.split(',')} | {True},
                  reverse=True)
@@ -142,7 +183,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       rows = []
       for greedy in modes:
         new = time_pair(args.target, draft, batch=batch, input_len=args.input_len,
-                        max_decode_len=args.max_decode_len, greedy=greedy, rounds=args.rounds)
+                        max_decode_len=args.max_decode_len, greedy=greedy, rounds=args.rounds,
+                        init=args.init)
         rows += new
         out['rows'] += [r.to_json() for r in new]
         summary = summarize(rows, args.target, draft, batch, args.input_len,

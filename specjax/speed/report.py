@@ -113,10 +113,11 @@ _MEASURED = """\
 
 `bash tpu/speed_bench.sh` runs `python -m specjax.speed` on the TPU VM and copies
 `results/tpu_speed_measured.json` back: the same programs (`programs.program_fns`), timed
-on the chip with zero-filled weights, and from those times the same columns (c, v(K) for
-K = 1..9, the loop's share at gamma 1 and 7, the target alone's time per token and the
-speedup over gamma 1..8 at the paper's alphas), keyed like the rows here (target, draft,
-B, S, temperature), so that a prediction and its measurement sit side by side. `bash
+on the chip with random weights and caches (`--init random`), and from those times the
+same columns (c, v(K) for K = 1..9, the loop's share at gamma 1 and 7, the target alone's
+time per token and the speedup over gamma 1..8 at the paper's alphas), keyed like the rows
+here (target, draft, B, S, temperature), so that a prediction and its measurement sit side
+by side. `bash
 tpu/paper_table.sh` measures the end-to-end speedups of the table above.
 """
 
