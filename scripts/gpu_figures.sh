@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The figures of docs/benchmarks_gpu.md, measured in one run on a machine with a GPU.
+# Speed figures measured on a GPU, in one run: at T5-XXL shapes and on the bundled pairs.
 #
 #   bash scripts/gpu_figures.sh OUT_DIR [SECONDS]
 #
@@ -16,8 +16,7 @@
 #   speed_small_b8  as speed_small_b1 at B 8
 # Each step writes OUT_DIR/NAME.log and its JSON (the benches' Markdown too; a step cut off
 # by its cap writes only what it had finished: the speed steps, each mode); machine.txt names
-# the GPU, its driver and the versions: the date and the machine that docs/benchmarks_gpu.md
-# gives with the figures.
+# the GPU, its driver and the versions, which a report of the figures gives beside them.
 set -uo pipefail
 out=${1:?usage: bash scripts/gpu_figures.sh OUT_DIR [SECONDS]}
 budget=${2:-500}
