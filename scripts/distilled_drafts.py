@@ -77,6 +77,15 @@ def _paths(spec: str) -> dict:
   return dict(item.split('=', 1) for item in spec.split(',') if item)
 
 
+# How long each task's reference draft trained (`--draft-minutes`, `--draft-steps`), the
+# bundled draft's budget (its MODEL_CARD.md), and on what the bundled draft trained instead.
+REFERENCE_BUDGETS = {
+    'ende': ('demo_draft\'s 30 minutes on the 25046 train pairs (demo_draft learned the '
+             'target\'s outputs and distributions on those inputs and 56127 unlabelled ones)'),
+    'manpages': ('manpages_draft\'s 2500 steps on the 7484 train pairs (manpages_draft '
+                 'learned the target\'s outputs and distributions on the same inputs)'),
+}
+
 # The drafts beside the bundled one: (flag, row label, the label of the row of the draft it
 # was distilled from: '' for the bundled draft, None for a draft not distilled).
 DRAFTS = (('distilled', 'distilled', ''), ('on_policy', 'on-policy', ''),
@@ -136,21 +145,19 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
               'DistillSpec\'s choice, and at T=1 the very quantity alpha is one minus.', '']
   if _given(tasks, 'references'):
     lines += ['"references" is a draft of the same architecture trained from scratch on the '
-              'references alone by cross-entropy, as a draft is usually trained '
+              'train split\'s references alone by cross-entropy, as a draft is usually trained '
               '(`scripts/train_demo.py --stages draft,export --draft-learns references`, '
-              'the bundled draft\'s time budget); the rows "references, ..." are that draft '
-              'distilled as above.', '']
+              'with the bundled draft\'s settings and budget); the rows "references, ..." are '
+              'that draft distilled as above.', '']
     for task, info in tasks.items():
       if 'references' not in info['drafts']:
         continue
       bundled = sweep.TASKS[task] + 'draft'
       pairs = [(t, _alpha(rows, task, t, 'references'), _alpha(rows, task, t, bundled))
                for t in sorted({r['temperature'] for r in rows})]
-      lines += [f'- {task}: alpha of the chain of 4 of the draft that learned the references, '
-                f'and of {bundled}, which learned the target\'s outputs and distributions '
-                'instead (its model card: the same architecture and time budget; inputs the '
-                'target labelled beyond the references, as distillation allows): ' + '; '.join(
-                    f'T={t:g} {ref:.3f} against {dist:.3f} ({dist - ref:+.3f})'
+      lines += [f'- {task}: the draft that learned the references trained for '
+                f'{REFERENCE_BUDGETS[task]}. Alpha of the chain of 4: ' + '; '.join(
+                    f'T={t:g} {ref:.3f} against {bundled}\'s {dist:.3f} ({dist - ref:+.3f})'
                     for t, ref, dist in pairs) + '.']
     lines += ['']
   lines += medusa_heads.table(rows, tasks) + ['']
