@@ -11,6 +11,9 @@ from specjax import flags
 from specjax.flags import flag
 
 
+INITS = ('random', 'zeros')  # how the timed programs' arguments are filled (`measure.fill`)
+
+
 @dataclasses.dataclass(frozen=True)
 class MeasureConfig:
   """What `python -m specjax.speed` times; each field is the flag of the same name."""
@@ -24,7 +27,7 @@ class MeasureConfig:
   rounds: int = flag(10, 'timed calls per program')
   init: str = flag('random', 'random: floating-point arguments (weights, caches) drawn from '
                    'N(0, 0.02^2), integers zero; zeros: every argument zero',
-                   choices=('random', 'zeros'))
+                   choices=INITS)
   json: str = flag('tpu_speed_measured.json', 'rows and summaries')
 
 

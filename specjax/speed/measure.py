@@ -70,7 +70,7 @@ class TimedRow:
     return dataclasses.asdict(self)
 
 
-INITS = ('random', 'zeros')
+INITS = speed_config.INITS
 SCALE = 0.02  # the standard deviation of a random floating-point argument
 
 
