@@ -156,9 +156,10 @@ def test_model_calls_of_one_iteration_are_the_loops_calls():
       _Recording(model, target_log), params, _Recording(model, draft_log), params,
       np.full((3, 4), 5, np.int32), gamma=4, repeats=2, trials=1)
   assert seconds > 0
-  # Traced twice (the timed loop and the zero-repeat one that measures the set-up).
-  assert target_log == [(3, 5)] * 2  # one verify call of G + 1 tokens
-  assert draft_log == [(3, 2), (3, 1)] * 2  # the catch-up call, then the scanned steps
+  # Traced once: the timed loop and the zero-repeat run that measures the set-up are one
+  # program (the count is traced), so XLA cannot drop the set-up from the zero-repeat run.
+  assert target_log == [(3, 5)]  # one verify call of G + 1 tokens
+  assert draft_log == [(3, 2), (3, 1)]  # the catch-up call, then the scanned steps
   # The decode loop itself makes the same calls (after writing the [3, 4] prompts).
   import specjax
   loop_target, loop_draft = [], []
@@ -166,6 +167,25 @@ def test_model_calls_of_one_iteration_are_the_loops_calls():
                              _Recording(model, loop_draft), params,
                              np.full((3, 4), 5, np.int32), gamma=4, max_decode_len=6)
   assert loop_target == [(3, 4), (3, 5)] and loop_draft == [(3, 4), (3, 2), (3, 1)]
+
+
+def test_step_costs_trace_each_call_size_once():
+  """c and v(K) for K = 1..3: the draft's step and three verify sizes, one program each
+  (the zero-repeat run of each and the device count reuse it), every K timed."""
+  import jax
+  import numpy as np
+  from specjax.models.markov import MarkovModel
+  target_log, draft_log = [], []
+  model = MarkovModel(16)
+  params = model.init(jax.random.PRNGKey(0))
+  costs = timing.step_costs(_Recording(model, target_log), params, _Recording(model, draft_log),
+                            params, np.full((2, 4), 5, np.int32), 3, rounds=2, repeats=2,
+                            trials=1)
+  assert sorted(target_log) == [(2, 1), (2, 2), (2, 3)]  # a verify of K tokens is [B, K]
+  assert draft_log == [(2, 1)]
+  assert sorted(costs['v']) == [1, 2, 3] and costs['v'][1] == 1.0
+  assert costs['c'] == pytest.approx(costs['draft_step_seconds'] / costs['target_step_seconds'])
+  assert costs['devices'] == 1
 
 
 _RUN = {}  # the one run: an xdist worker may tear a module fixture down and set it up again

@@ -50,11 +50,12 @@ def _encode(model, params, inputs):
   return model.encode(params, inputs)
 
 
-@functools.partial(jax.jit, static_argnames=('model', 'num_tokens', 'repeats', 'cache_len',
-                                             'draft'))
+@functools.partial(jax.jit, static_argnames=('model', 'num_tokens', 'cache_len', 'draft'))
 def _repeat_call(model, params, inputs, num_tokens, repeats, cache_len, draft):
   """`repeats` calls near the cache's middle: the draft's step (draft) or a verify of K
-  tokens; returns a checksum."""
+  tokens; returns a checksum. `repeats` is traced (as in the two loops below): the timed
+  loop and its zero-repeat twin are one program, compiled once, whose set-up work is the
+  same in both."""
   bound = Bound(model, params, _encode(model, params, inputs))
   batch = inputs.shape[0]
   cfg = LoopConfig(gamma=1, max_decode_len=1)
@@ -104,9 +105,10 @@ def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
       repeats, trials)
 
 
-def devices_used(model, params, inputs) -> int:
-  """How many devices the timed calls run on (all of a mesh's when params are on one)."""
-  out = _repeat_call(model, params, inputs, 1, 0, 8, False)
+def devices_used(model, params, inputs, cache_len: int = 64) -> int:
+  """How many devices the timed calls run on (all of a mesh's when params are on one): a
+  zero-repeat run of the timed verify of one token (the same program, not another)."""
+  out = _repeat_call(model, params, inputs, 1, 0, cache_len, False)
   return len(out.sharding.device_set)
 
 
@@ -119,8 +121,7 @@ def _block(draft: Bound, cache, i, batch: int, cache_len: int, gamma: int):
   return seq[:, 0], d.tokens, pos, d.state
 
 
-@functools.partial(jax.jit, static_argnames=('target', 'draft', 'gamma', 'repeats',
-                                             'cache_len'))
+@functools.partial(jax.jit, static_argnames=('target', 'draft', 'gamma', 'cache_len'))
 def _repeat_model_calls(target, tp, draft, dp, inputs, gamma, repeats, cache_len):
   """`repeats` times the model calls of one speculative iteration, nothing else."""
   batch = inputs.shape[0]
@@ -155,8 +156,8 @@ def model_calls_seconds(target, tp, draft, dp, inputs, gamma: int, repeats: int 
       repeats, trials)
 
 
-@functools.partial(jax.jit, static_argnames=('draft', 'gamma', 'repeats', 'cache_len',
-                                             'with_draft', 'with_sweep'))
+@functools.partial(jax.jit, static_argnames=('draft', 'gamma', 'cache_len', 'with_draft',
+                                             'with_sweep'))
 def _repeat_draft_and_sweep(draft, dp, inputs, sweep, gamma, repeats, cache_len, with_draft,
                             with_sweep):
   """`repeats` draft blocks, or reads of all of `sweep`, or both alternating."""
@@ -258,4 +259,5 @@ def step_costs(target, tp, draft, dp, inputs, max_k: int, rounds: int = 3,
             for b, (m, p, k, d) in zip(best, calls)]
   d1, t = best[0], dict(zip(range(1, max_k + 1), best[1:]))
   return {'target_step_seconds': t[1], 'draft_step_seconds': d1, 'c': d1 / t[1],
-          'v': {k: t[k] / t[1] for k in t}, 'devices': devices_used(target, tp, inputs)}
+          'v': {k: t[k] / t[1] for k in t},
+          'devices': devices_used(target, tp, inputs, kw.get('cache_len', 64))}
