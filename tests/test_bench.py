@@ -188,6 +188,29 @@ def test_step_costs_trace_each_call_size_once():
   assert costs['devices'] == 1
 
 
+def test_per_repeat_seconds_subtracts_the_fastest_set_up_from_the_fastest_loop(monkeypatch):
+  """A fake clock: set-up 5 ms, 0.1 ms a repeat, noise on top. In the first trial the
+  zero-repeat run is slowed by 0.8 ms. The minimum of each column gives 0.1 ms exactly;
+  the minimum of the trials' differences would have taken the first trial's 0.05 ms."""
+  clock = [0.0]
+  noise = iter([0.0,  # the first call, which compiles
+                0.0, 0.0008, 0.0003, 0.0, 0.0002, 0.0004])  # (16 repeats, 0 repeats) x 3
+  durations = []
+
+  def run(n):
+    durations.append((n, 0.005 + n * 0.0001 + next(noise)))
+    clock[0] += durations[-1][1]
+    return n
+
+  monkeypatch.setattr(timing.time, 'perf_counter', lambda: clock[0])
+  seconds = timing.per_repeat_seconds(run, 16, 3)
+  assert [n for n, _ in durations] == [16, 16, 0, 16, 0, 16, 0]  # interleaved pairs
+  assert seconds == pytest.approx(0.0001, rel=1e-9)
+  pairs = [(durations[i][1], durations[i + 1][1]) for i in (1, 3, 5)]
+  old_rule = min((loop - setup) / 16 for loop, setup in pairs)
+  assert old_rule == pytest.approx(0.00005, rel=1e-9)  # the rule this replaced: too low
+
+
 _RUN = {}  # the one run: an xdist worker may tear a module fixture down and set it up again
 
 

@@ -73,7 +73,7 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
   if mesh is not None:
     tp, dp, inputs = _on_mesh(target, tp, draft, dp, inputs, mesh, rules)
   costs = timing.step_costs(target, tp, draft, dp, inputs, max_gamma + 1, rounds=1,
-                            repeats=16, trials=1)
+                            repeats=16, trials=3)
   kw = dict(max_decode_len=max_decode_len, sampling=sampling, mesh=mesh, rules=rules,
             slots=slots)
   first = api.speculative_decode(target, tp, draft, dp, probe, gamma=probe_gamma, **kw, **rule)

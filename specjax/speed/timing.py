@@ -77,30 +77,32 @@ def _repeat_call(model, params, inputs, num_tokens, repeats, cache_len, draft):
   return jax.lax.fori_loop(0, repeats, body, init)[1]
 
 
-def _per_repeat_seconds(run: Callable, repeats: int, trials: int) -> float:
+def per_repeat_seconds(run: Callable, repeats: int, trials: int) -> float:
   """Seconds of one repeat of run(n), a jitted loop of n repeats after fixed set-up work.
 
-  The set-up (encoders, caches) is subtracted by timing a zero-repeat loop too. The
-  minimum over `trials`, not the median: on a shared machine noise only adds time, and one
-  slow t_1 would skew every v(K) = t_K / t_1 and c.
+  The set-up (encoders, caches) is subtracted by timing a zero-repeat run of the same
+  program too. Each of the two keeps its minimum over `trials` (interleaved), and the
+  difference is taken of the minima: on a shared machine noise only adds time, and one
+  slow t_1 would skew every v(K) = t_K / t_1 and c; the minimum of differences would
+  instead pick the trial whose zero-repeat run was slowed.
   """
-  jax.block_until_ready(run(repeats))  # compile
-  jax.block_until_ready(run(0))
+  jax.block_until_ready(run(repeats))  # compile (one program for every n)
 
   def timed(n):
     start = time.perf_counter()
     jax.block_until_ready(run(n))
     return time.perf_counter() - start
 
-  per_repeat = [(timed(repeats) - timed(0)) / repeats for _ in range(trials)]
-  return max(float(np.min(per_repeat)), 1e-9)
+  pairs = [(timed(repeats), timed(0)) for _ in range(max(trials, 1))]
+  loop, setup = (min(column) for column in zip(*pairs))
+  return max((loop - setup) / repeats, 1e-9)
 
 
 def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
                  cache_len: int = 64, trials: int = 5, draft: bool = False) -> float:
   """Seconds of one verify call of K tokens (inputs [B, S]), or with `draft` of one draft
   step (K = 1), the fastest of `trials` loops."""
-  return _per_repeat_seconds(
+  return per_repeat_seconds(
       lambda n: _repeat_call(model, params, inputs, num_tokens, n, cache_len, draft),
       repeats, trials)
 
@@ -151,7 +153,7 @@ def model_calls_seconds(target, tp, draft, dp, inputs, gamma: int, repeats: int 
   alternate (and a large target can push the draft's weights out of the CPU's caches).
   This is that alternation without the loop's own work (acceptance, commit).
   """
-  return _per_repeat_seconds(
+  return per_repeat_seconds(
       lambda n: _repeat_model_calls(target, tp, draft, dp, inputs, gamma, n, cache_len),
       repeats, trials)
 
@@ -210,7 +212,7 @@ def draft_after_sweep(draft, dp, inputs, gamma: int, sweep_bytes: int, repeats: 
       run = functools.partial(_repeat_draft_and_sweep, draft, dp, inputs, sweep, gamma,
                               cache_len=cache_len, with_draft=with_draft,
                               with_sweep=with_sweep)
-      best[name] = min(best[name], _per_repeat_seconds(
+      best[name] = min(best[name], per_repeat_seconds(
           lambda n, run=run: run(repeats=n), repeats, 1))
   best['penalty_seconds'] = (best['alternating_seconds'] - best['draft_block_seconds']
                              - best['sweep_seconds'])
