@@ -28,6 +28,7 @@ from specjax.core.proposal import draft_view, reads_target, shares_cache
 from specjax.core.steps import Bound
 from specjax.core.model_proposer import as_proposer
 
+CACHE_LEN = 64  # the timed calls' cache length: they run near its middle (`_inputs_at`)
 # numpy, not jnp: importing this module must not start a backend (jax.distributed first)
 _GREEDY = SamplingParams(*(np.zeros((1,), d) for d in (np.float32, np.int32, np.float32)))
 
@@ -99,7 +100,7 @@ def per_repeat_seconds(run: Callable, repeats: int, trials: int) -> float:
 
 
 def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
-                 cache_len: int = 64, trials: int = 5, draft: bool = False) -> float:
+                 cache_len: int = CACHE_LEN, trials: int = 5, draft: bool = False) -> float:
   """Seconds of one verify call of K tokens (inputs [B, S]), or with `draft` of one draft
   step (K = 1), the fastest of `trials` loops."""
   return per_repeat_seconds(
@@ -107,7 +108,7 @@ def call_seconds(model, params, inputs, num_tokens: int, repeats: int = 64,
       repeats, trials)
 
 
-def devices_used(model, params, inputs, cache_len: int = 64) -> int:
+def devices_used(model, params, inputs, cache_len: int = CACHE_LEN) -> int:
   """How many devices the timed calls run on (all of a mesh's when params are on one): a
   zero-repeat run of the timed verify of one token (the same program, not another)."""
   out = _repeat_call(model, params, inputs, 1, 0, cache_len, False)
@@ -146,7 +147,7 @@ def _repeat_model_calls(target, tp, draft, dp, inputs, gamma, repeats, cache_len
 
 
 def model_calls_seconds(target, tp, draft, dp, inputs, gamma: int, repeats: int = 32,
-                        cache_len: int = 64, trials: int = 5) -> float:
+                        cache_len: int = CACHE_LEN, trials: int = 5) -> float:
   """Seconds of the model calls of one speculative iteration, run alternating in one loop.
 
   The cost model times each call alone; inside the decode loop the draft and target calls
@@ -180,7 +181,7 @@ def _repeat_draft_and_sweep(draft, dp, inputs, sweep, gamma, repeats, cache_len,
 
 
 def draft_after_sweep(draft, dp, inputs, gamma: int, sweep_bytes: int, repeats: int = 32,
-                      cache_len: int = 64, rounds: int = 3,
+                      cache_len: int = CACHE_LEN, rounds: int = 3,
                       target_params=None) -> Dict[str, float]:
   """What a draft block loses when as many bytes as the target's weights pass in between.
 
@@ -262,4 +263,4 @@ def step_costs(target, tp, draft, dp, inputs, max_k: int, rounds: int = 3,
   d1, t = best[0], dict(zip(range(1, max_k + 1), best[1:]))
   return {'target_step_seconds': t[1], 'draft_step_seconds': d1, 'c': d1 / t[1],
           'v': {k: t[k] / t[1] for k in t},
-          'devices': devices_used(target, tp, inputs, kw.get('cache_len', 64))}
+          'devices': devices_used(target, tp, inputs, kw.get('cache_len', CACHE_LEN))}
