@@ -47,6 +47,15 @@ def test_bad_trees_are_one_line_errors(spec, capsys):
   assert err.startswith('error: --trees') and '\n' not in err, err
 
 
+@pytest.mark.parametrize('flag', ['--rounds', '--num-examples'])
+def test_counts_below_one_are_one_line_errors(flag, tmp_path, capsys):
+  out = tmp_path / 'b.json'
+  assert cli.main(['--quick', flag, '0', '--json', str(out)]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == f'error: {flag} must be >= 1, got 0', err
+  assert not out.exists()  # refused before anything ran
+
+
 def test_tree_syntax_round_trips():
   parsed = bench_trees.parse_trees('4,1,1; 2,2,1;dynamic:16:6:4;dynamic:8:6')
   assert [bench_trees.label(t) for t in parsed] == ['4,1,1', '2,2,1', 'dynamic:16:6:4',

@@ -232,6 +232,10 @@ def _write(args, result, reporter, text: str) -> None:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  for flag, value in (('--rounds', args.rounds), ('--num-examples', args.num_examples)):
+    if value < 1:  # a row timed zero times, or of no input, has no figure to report
+      print(f'error: {flag} must be >= 1, got {value}', file=sys.stderr)
+      return 2
   for flag, path in (('--json', args.json_path), ('--plot', args.plot),
                      ('--markdown', args.markdown)):
     problem = reports.unwritable(path) if path else None
