@@ -121,3 +121,18 @@ def test_train_draft_refuses_a_draft_it_cannot_use_in_one_line(tmp_path, capsys,
   assert train_draft.main(['--input', str(src), '--workdir', str(tmp_path / 'w')] + bad) == 2
   err = capsys.readouterr().err.strip()
   assert named in err and '\n' not in err
+
+
+@pytest.mark.parametrize('flag, value, least', [
+    ('--max-examples', '-1', '>= 1'), ('--max-examples', '0', '>= 1'), ('--steps', '0', '>= 1'),
+    ('--batch-size', '0', '>= 1'), ('--save-every', '0', '>= 1'), ('--heads', '0', '>= 1'),
+    ('--max-decode-len', '0', '>= 1'), ('--warmup-steps', '-1', '>= 0'),
+    ('--learning-rate', '0.0', '> 0')])
+def test_train_draft_refuses_a_count_below_its_least_before_it_reads_anything(
+    tmp_path, capsys, flag, value, least):
+  work = tmp_path / 'w'
+  assert train_draft.main(['--input', str(tmp_path / 'missing.txt'), '--workdir', str(work),
+                           flag, value]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == f'error: {flag} must be {least}, got {value}', err
+  assert not work.exists()  # nothing decoded, nothing written
