@@ -52,21 +52,27 @@ def write_text(path: str, text: str) -> None:
       os.fsync(f.fileno())  # on disk before the rename makes it the file
 
 
-def kept_sections(path: str, titles) -> str:
-  """The sections of the report already at `path` whose titles ('## ...') are in
-  `titles`, each to the next '## ' ('' when none or no file): what other generators wrote
-  into a report, for its own generator to append when it rewrites the report."""
+def other_sections(path: str, text: str, own=()) -> str:
+  """The sections of the report already at `path` that its generator does not write, to
+  append when it rewrites the report with `text`: each '## ' section (to the next '## ')
+  whose title is neither a '## ' title of `text` nor starts with one of `own` (the titles
+  the generator writes on some runs only), in the file's order ('' when none or no file).
+
+  Whatever another script added to the report stays, whether or not the generator knows
+  of that script; a section the generator wrote on an earlier run is its own to rewrite
+  or leave out.
+  """
   try:
     with open(path, encoding='utf-8') as f:
       old = f.read()
   except OSError:
     return ''
+  written = {line for line in text.splitlines() if line.startswith('## ')}
   out = ''
-  for title in titles:
-    at = old.find('\n' + title + '\n')
-    if at >= 0:
-      end = old.find('\n## ', at + 1)
-      out += '\n' + old[at + 1:end + 1 if end >= 0 else len(old)].rstrip('\n') + '\n'
+  for part in ('\n' + old).split('\n## ')[1:]:
+    title = '## ' + part.split('\n', 1)[0]
+    if title not in written and not title.startswith(tuple(own)):
+      out += '\n## ' + part.rstrip('\n') + '\n'
   return out
 
 

@@ -1,5 +1,6 @@
 """The bench's arithmetic on hand-made timings, and a --quick run end to end."""
 import json
+import os
 
 import pytest
 
@@ -391,3 +392,26 @@ def test_quick_bench_rows_beyond_the_draft_model(quick_bench):
     assert 1.0 <= r['drafted_per_call'] <= r['gamma']
   assert '## Other drafts, block verification, dynamic gamma' in text
   assert 'the best threshold (0.5' in text
+
+
+def test_gamma_auto_rows_calibrate_in_a_cache_of_their_own(tmp_path, monkeypatch):
+  """--gamma-auto-batches: each run calibrates (never a choice the user's cache holds),
+  keeps it in a temporary cache rather than the user's, and reports no such path."""
+  from specjax.bench import variants  # pylint: disable=import-outside-toplevel
+  from specjax.job import gamma_choice  # pylint: disable=import-outside-toplevel
+  users = tmp_path / 'users-cache'
+  monkeypatch.setenv(gamma_choice.CACHE_ENV, str(users))
+  users.mkdir()
+  held = '{"a setting": {"gamma": 3, "reason": "r", "calibration": {}, "date": "d"}}\n'
+  (users / gamma_choice.CACHE_NAME).write_text(held)
+  texts = ['translate English to German: The house is small.',
+           'translate English to German: I like green tea.']
+  out = variants.gamma_auto_runs(texts, [2], dict(
+      target='demo_target', draft='demo_draft', max_input_len=16, max_decode_len=8,
+      max_gamma=2, seed=0))
+  (row,) = out
+  assert row['batch_size'] == 2 and row['gamma'] in (0, 1, 2)
+  assert row['gamma_reason'].startswith('calibrated on 1 device: alpha ')
+  assert 'kept in' not in row['gamma_reason'] and 'as calibrated' not in row['gamma_reason']
+  assert (users / gamma_choice.CACHE_NAME).read_text() == held  # the user's, untouched
+  assert os.environ[gamma_choice.CACHE_ENV] == str(users)  # restored

@@ -107,18 +107,20 @@ def test_bench_errors_name_the_flag(tmp_path, capsys):
       f'error: --plot {tmp_path}: is a directory; name a file')
 
 
-def test_kept_sections_are_the_named_ones_whole_in_the_order_asked(tmp_path):
+def test_other_sections_are_those_the_generator_does_not_write_whole_in_file_order(tmp_path):
   """What a report's generator appends when it rewrites the report: the sections other
-  scripts wrote (the TPU speed report keeps the hidden-state drafts' section)."""
+  scripts wrote (the TPU speed report keeps the hidden-state drafts' section, and any
+  other), not its own numbered ones, whether this run writes them or not."""
   from specjax.speed import cli as speed_cli  # pylint: disable=import-outside-toplevel
   path = tmp_path / 'r.md'
-  assert reports.kept_sections(str(path), ('## K',)) == ''  # no file yet
+  assert reports.other_sections(str(path), '# R\n') == ''  # no file yet
   path.write_text('# R\n\n## A\na\n\n## K\nk 1\nk 2\n\n## B\nb\n\n## L\nl\n')
-  assert reports.kept_sections(str(path), ('## L', '## K', '## M')) == (
-      '\n## L\nl\n\n## K\nk 1\nk 2\n')
-  title = speed_cli.KEPT[0]
-  path.write_text(f'# R\n\n## 8. Trees\nt\n\n{title}\nheads\n')
-  assert reports.kept_sections(str(path), speed_cli.KEPT) == f'\n{title}\nheads\n'
+  assert reports.other_sections(str(path), '# R\n\n## A\nnew a\n', ('## B',)) == (
+      '\n## K\nk 1\nk 2\n\n## L\nl\n')
+  path.write_text('# R\n\n## 8. Trees\nt\n\n## Drafts on the target\'s hidden states\n'
+                  'heads\n\n## 3. Real T5X\nx\n\n## Another script\ny\n')
+  assert reports.other_sections(str(path), '# R\n\n## 1. Traffic\n', speed_cli.OWN) == (
+      '\n## Drafts on the target\'s hidden states\nheads\n\n## Another script\ny\n')
 
 
 def test_a_rewritten_report_section_stays_where_it_stands(tmp_path):

@@ -238,21 +238,20 @@ def write_markdown(result: dict, path: str, plot_path: str = None) -> None:
     lines += [f'![measured and predicted speedup]({rel})', '']
   lines += ['## Where the time goes', '', reading(result), '']
   lines += beyond_the_draft(result)
-  reports.write_text(path, '\n'.join(lines) + kept_section(path))
+  text = '\n'.join(lines)
+  reports.write_text(path, text + kept_section(path, text))
 
 
-# Sections other generators write into the bench's report (scripts/tree_tokens_per_call.py,
-# scripts/proposer_trees.py, scripts/layer_skip.py, scripts/medusa_heads.py,
-# scripts/eagle_heads.py, scripts/distilled_drafts.py): a rerun of the bench keeps them, at
-# the end.
-KEPT = ('## Token trees', '## Trees of the copy and bigram proposers',
-        '## Layer-skip self-speculation', '## Medusa heads', '## EAGLE heads',
-        '## Distilled draft models')
+# The sections the bench writes on some runs only (its flags ask for them). A rerun keeps
+# every other section of the report (those scripts/*.py wrote), at the end.
+OWN = ('## Where the time goes', '## Other drafts, block verification, dynamic gamma',
+       '## Token-tree rows (--trees)', '## Lenience: ', '## --gamma auto at several batch')
 
 
-def kept_section(path: str) -> str:
-  """The KEPT sections of the report already at `path` ('' when none), to append."""
-  return reports.kept_sections(path, KEPT)
+def kept_section(path: str, text: str) -> str:
+  """The sections of the report already at `path` that the bench does not write, to
+  append to its `text` ('' when none)."""
+  return reports.other_sections(path, text, OWN)
 
 
 _VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'threshold_rule', 'gamma',

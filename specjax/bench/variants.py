@@ -97,21 +97,37 @@ def lenience_rows(target, tp, draft, dp, batches, references: Sequence[str],
 def gamma_auto_runs(texts: Sequence[str], batch_sizes: Sequence[int], job_fields: dict,
                     temperature: float = 0.0) -> List[dict]:
   """`python -m specjax.decode --gamma auto` at each batch size, on the same inputs: the
-  gamma it picks (0: the target alone) and its speedup over the target alone."""
+  gamma it picks (0: the target alone) and its speedup over the target alone.
+
+  Each run calibrates anew, and keeps its choice in a cache of its own, gone at the end:
+  the user's cache of choices (`gamma_choice.cache_file`) is neither read nor changed.
+  """
   from specjax.job import decode_job  # pylint: disable=import-outside-toplevel
+  from specjax.job import gamma_choice  # pylint: disable=import-outside-toplevel
   out = []
+  users = os.environ.get(gamma_choice.CACHE_ENV)
   with tempfile.TemporaryDirectory() as tmp:
     src = os.path.join(tmp, 'inputs.txt')
     with open(src, 'w', encoding='utf-8') as f:
       f.write('\n'.join(texts) + '\n')
-    for size in batch_sizes:
-      compiled.free_if_needed()  # as each row does (rows.speculative_row)
-      summary = decode_job.run(decode_job.DecodeJob(
-          input=src, gamma='auto', batch_size=size, temperature=temperature, progress=False,
-          input_format='text', recalibrate=True, **job_fields))  # measured, not cached
-      out.append({k: summary[k] for k in (
-          'batch_size', 'gamma', 'gamma_reason', 'gamma_calibration', 'speedup',
-          'tokens_per_second', 'baseline_tokens_per_second', 'num_examples')})
-      print(f'--gamma auto at batch {size}: gamma {summary["gamma"]}, speedup '
-            f'{summary["speedup"]:.2f}x', file=sys.stderr)
+    os.environ[gamma_choice.CACHE_ENV] = tmp
+    try:
+      for size in batch_sizes:
+        compiled.free_if_needed()  # as each row does (rows.speculative_row)
+        summary = decode_job.run(decode_job.DecodeJob(
+            input=src, gamma='auto', batch_size=size, temperature=temperature,
+            progress=False, input_format='text', recalibrate=True, **job_fields))
+        row = {k: summary[k] for k in (
+            'batch_size', 'gamma', 'gamma_reason', 'gamma_calibration', 'speedup',
+            'tokens_per_second', 'baseline_tokens_per_second', 'num_examples')}
+        # Where the run kept its choice: this temporary cache, gone with it.
+        row['gamma_reason'] = row['gamma_reason'].split('; kept in ')[0]
+        out.append(row)
+        print(f'--gamma auto at batch {size}: gamma {summary["gamma"]}, speedup '
+              f'{summary["speedup"]:.2f}x', file=sys.stderr)
+    finally:
+      if users is None:
+        os.environ.pop(gamma_choice.CACHE_ENV, None)
+      else:
+        os.environ[gamma_choice.CACHE_ENV] = users
   return out

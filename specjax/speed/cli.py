@@ -156,9 +156,9 @@ def prepare_tpu() -> None:
 
 
 RECOMPILED = 'recompiled'  # the Store's kind of rows compiled again (see Store.recompiled)
-# Sections another generator writes into the report (scripts/tpu_head_cost.py): a rerun
-# keeps them, at the end.
-KEPT = ('## Drafts on the target\'s hidden states (EAGLE, Medusa heads)',)
+# The report's numbered sections, some written on some runs only. A rerun keeps every
+# other section of the report (scripts/tpu_head_cost.py writes one), at the end.
+OWN = tuple(f'## {n}. ' for n in range(1, 10))
 
 
 class Store:
@@ -347,7 +347,7 @@ def main(args, argv: Sequence[str]) -> int:
       before_path=args.before if before else '')
   text, summary = report.render(context, store.programs(), store.traffic(), before,
                                 store.recompiled())
-  reports.write_text(output, text + reports.kept_sections(output, KEPT))
+  reports.write_text(output, text + reports.other_sections(output, text, OWN))
   store.finish(summary, {'tpu': not cpu, 'quick': bool(args.quick)})
   _log(f'wrote {output} and {rows_path} ({time.perf_counter() - start:.0f} s)')
   return 0
