@@ -151,12 +151,8 @@ def tiny_t5_pair(_tiny_t5_params):
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_finish(session):
-  """Checks the grouping, then keeps Python's garbage collector off what the imports made.
-
-  Under `--dist loadgroup`, a test marked `xdist_group` must carry its group in its node
-  id, or xdist spreads the group over the workers and its costly module fixture runs once
-  per worker (pytest 9.2 with pytest-xdist 3.8 drops it silently): a usage error instead.
+def pytest_collection_finish():
+  """Keeps Python's garbage collector off what the imports made.
 
   Tracing a decode allocates a few hundred thousand objects, and each full collection
   also walked the millions that jax, torch and transformers left at import: about a
@@ -164,11 +160,5 @@ def pytest_collection_finish(session):
   module is imported, what exists is frozen out of the collector's sight (`gc.freeze`),
   and collections come less often.
   """
-  if getattr(session.config.option, 'loadgroup', False):
-    for item in session.items:
-      if item.get_closest_marker('xdist_group') and '@' not in item.nodeid:
-        raise pytest.UsageError(
-            f'pytest-xdist did not group {item.nodeid}: this pytest breaks --dist loadgroup; '
-            "install the version pyproject.toml's dev extras pin")
   gc.freeze()
   gc.set_threshold(50_000, 20, 100)

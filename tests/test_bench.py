@@ -8,9 +8,8 @@ from specjax.bench import cli, decodes, report, rows
 from specjax.core import theory
 from specjax.speed import timing
 
-# One worker runs this file, so that the --quick run of the module fixture is made once
-# (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group('quick_bench')
+# One worker runs this file (scripts/run_tests.sh: --dist loadfile), so that the --quick run
+# of the module fixture is made once.
 
 
 def test_score_on_hand_made_timings():

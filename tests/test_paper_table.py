@@ -19,9 +19,8 @@ MODEL = 't5_tiny_draft'  # the draft model of --quick
 PAPER_HEADING = '## The paper\'s published cells'
 TITLES = {'ende': 'EnDe (gettext messages)', 'summarize': 'summaries'}
 
-# One worker runs this file, so that the run of the module fixture is made once
-# (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group('paper_table')
+# One worker runs this file (scripts/run_tests.sh: --dist loadfile), so that the run of the
+# module fixture is made once.
 
 
 _RUN = {}  # the one run: an xdist worker may tear a module fixture down and set it up again
