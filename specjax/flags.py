@@ -18,7 +18,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 def flag(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  # pylint: disable=redefined-builtin
          parse: Optional[Callable[[str], Any]] = None, metavar: Optional[str] = None,
          negated: Optional[str] = None, name: Optional[str] = None,
-         group: Optional[str] = None, cli: bool = True) -> Any:
+         group: Optional[str] = None, cli: bool = True, least: Optional[float] = None,
+         above: Optional[float] = None) -> Any:
   """A config field that is also a command-line flag.
 
   Args:
@@ -33,10 +34,12 @@ def flag(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  #
       field json_path).
     group: the title of the --help section the flag is listed under.
     cli: False keeps the field off the command line (an API-only setting).
+    least: the smallest value the field takes (`check_bounds`).
+    above: a bound the field's value must exceed (`check_bounds`).
   """
   return dataclasses.field(default=default, metadata=dict(
       help=help, choices=choices, parse=parse, metavar=metavar, negated=negated, name=name,
-      group=group, cli=cli))
+      group=group, cli=cli, least=least, above=above))
 
 
 def cli_fields(cls) -> List[dataclasses.Field]:
@@ -98,6 +101,20 @@ def add_flags(parser: argparse.ArgumentParser, cls, only: Optional[Iterable[str]
     if title and title not in groups:
       groups[title] = parser.add_argument_group(title)
     (groups[title] if title else parser).add_argument(flag_name(field), **kw)
+
+
+def check_bounds(values, cls) -> None:
+  """One-line ValueErrors for a field of `cls` below its `least` or not above its
+  `above`, read from `values` (a `cls` config, or the namespace its flags were parsed
+  into): e.g. '--steps must be >= 1, got 0'."""
+  for field in cli_fields(cls):
+    value, meta = getattr(values, field.name, None), field.metadata
+    if value is None:
+      continue
+    if meta.get('least') is not None and not value >= meta['least']:
+      raise ValueError(f'{flag_name(field)} must be >= {meta["least"]}, got {value}')
+    if meta.get('above') is not None and not value > meta['above']:
+      raise ValueError(f'{flag_name(field)} must be > {meta["above"]}, got {value}')
 
 
 def from_args(cls, args: argparse.Namespace, **extra):

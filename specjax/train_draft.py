@@ -116,27 +116,9 @@ def check_workdir(cfg: TrainDraftConfig, record: bool = False) -> None:
       json.dump(settings, f, indent=1)
 
 
-# The counts a run needs at least one of; --warmup-steps may be 0.
-COUNTS = ('max_examples', 'max_input_len', 'max_decode_len', 'heads', 'steps', 'batch_size',
-          'save_every')
-
-
-def check_counts(cfg: TrainDraftConfig) -> None:
-  """One-line ValueErrors for a count below its least, before anything is read or decoded
-  (a negative --max-examples would drop inputs from the end, --save-every 0 fail at the
-  first step, after the target's decodes)."""
-  for name in COUNTS:
-    if getattr(cfg, name) < 1:
-      raise ValueError(f'--{name.replace("_", "-")} must be >= 1, got {getattr(cfg, name)}')
-  if cfg.warmup_steps < 0:
-    raise ValueError(f'--warmup-steps must be >= 0, got {cfg.warmup_steps}')
-  if not cfg.learning_rate > 0:
-    raise ValueError(f'--learning-rate must be > 0, got {cfg.learning_rate}')
-
-
 def run(cfg: TrainDraftConfig) -> dict:
   """Decodes, trains and writes the heads; returns the summary."""
-  check_counts(cfg)
+  flags.check_bounds(cfg, TrainDraftConfig)  # before anything is read or decoded
   output = cfg.output or os.path.join(cfg.workdir, 'heads')
   if os.path.exists(output):
     raise FileExistsError(f'{output} exists; pass another --output, or remove it')

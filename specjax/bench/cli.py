@@ -22,11 +22,12 @@ import sys
 import jax
 import numpy as np
 
+from specjax import flags
 from specjax import reports
 from specjax.bench import paper_report, paper_table, peers, report, variants
 from specjax.bench import trees as bench_trees
 from specjax.bench import rows as bench_rows
-from specjax.bench.config import add_bench_flags
+from specjax.bench.config import BenchConfig, add_bench_flags
 from specjax.job.inputs import pad_to_bucket, tokenize
 from specjax.checkpoints.registry import bundled
 from specjax.job.decode_job import DecodeJob, load_pair
@@ -232,10 +233,11 @@ def _write(args, result, reporter, text: str) -> None:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  for flag, value in (('--rounds', args.rounds), ('--num-examples', args.num_examples)):
-    if value < 1:  # a row timed zero times, or of no input, has no figure to report
-      print(f'error: {flag} must be >= 1, got {value}', file=sys.stderr)
-      return 2
+  try:  # a row timed zero times, or of no input, has no figure to report
+    flags.check_bounds(args, BenchConfig)
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   for flag, path in (('--json', args.json_path), ('--plot', args.plot),
                      ('--markdown', args.markdown)):
     problem = reports.unwritable(path) if path else None

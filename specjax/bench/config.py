@@ -29,7 +29,7 @@ class BenchConfig:
   input: Optional[str] = flag(None, 'JSONL with "inputs" or "en" fields, or plain lines '
                               '(default: the test split of a bundled pair, demo_*, '
                               'manpages_* or manlm_*)')
-  num_examples: int = flag(64, '')
+  num_examples: int = flag(64, '', least=1)
   select: str = flag('first', 'which --num-examples lines of --input: the first, or the '
                      'longest (longer outputs lose less to the last block, which ends inside '
                      'EOS)', choices=('first', 'longest'))
@@ -46,7 +46,7 @@ class BenchConfig:
   quick: bool = flag(False, 'tiny random models, 2 gammas: a smoke run of the whole bench')
   rounds: int = flag(3, 'interleaved timing rounds per row: each figure of a row (both '
                      'decodes, t_1, v, c, the calls of one iteration) is timed once per round '
-                     'and keeps its fastest')
+                     'and keeps its fastest', least=1)
   drafts: str = flag('', 'other drafts, e.g. copy,bigram,copy+demo_draft (as --draft of '
                      'python -m specjax.decode)', group=_VARIANTS)
   verifications: str = flag('token', 'token and/or block: rows for the draft model and '

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from unittest import mock
 from typing import Callable, Dict, List, Optional, Sequence
 
 import jax
@@ -105,29 +106,22 @@ def gamma_auto_runs(texts: Sequence[str], batch_sizes: Sequence[int], job_fields
   from specjax.job import decode_job  # pylint: disable=import-outside-toplevel
   from specjax.job import gamma_choice  # pylint: disable=import-outside-toplevel
   out = []
-  users = os.environ.get(gamma_choice.CACHE_ENV)
-  with tempfile.TemporaryDirectory() as tmp:
+  with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(
+      os.environ, {gamma_choice.CACHE_ENV: tmp}):
     src = os.path.join(tmp, 'inputs.txt')
     with open(src, 'w', encoding='utf-8') as f:
       f.write('\n'.join(texts) + '\n')
-    os.environ[gamma_choice.CACHE_ENV] = tmp
-    try:
-      for size in batch_sizes:
-        compiled.free_if_needed()  # as each row does (rows.speculative_row)
-        summary = decode_job.run(decode_job.DecodeJob(
-            input=src, gamma='auto', batch_size=size, temperature=temperature,
-            progress=False, input_format='text', recalibrate=True, **job_fields))
-        row = {k: summary[k] for k in (
-            'batch_size', 'gamma', 'gamma_reason', 'gamma_calibration', 'speedup',
-            'tokens_per_second', 'baseline_tokens_per_second', 'num_examples')}
-        # Where the run kept its choice: this temporary cache, gone with it.
-        row['gamma_reason'] = row['gamma_reason'].split('; kept in ')[0]
-        out.append(row)
-        print(f'--gamma auto at batch {size}: gamma {summary["gamma"]}, speedup '
-              f'{summary["speedup"]:.2f}x', file=sys.stderr)
-    finally:
-      if users is None:
-        os.environ.pop(gamma_choice.CACHE_ENV, None)
-      else:
-        os.environ[gamma_choice.CACHE_ENV] = users
+    for size in batch_sizes:
+      compiled.free_if_needed()  # as each row does (rows.speculative_row)
+      summary = decode_job.run(decode_job.DecodeJob(
+          input=src, gamma='auto', batch_size=size, temperature=temperature, progress=False,
+          input_format='text', recalibrate=True, **job_fields))
+      row = {k: summary[k] for k in (
+          'batch_size', 'gamma', 'gamma_reason', 'gamma_calibration', 'speedup',
+          'tokens_per_second', 'baseline_tokens_per_second', 'num_examples')}
+      # Where the run kept its choice: this temporary cache, gone with it.
+      row['gamma_reason'] = row['gamma_reason'].split(decode_job.KEPT_IN)[0]
+      out.append(row)
+      print(f'--gamma auto at batch {size}: gamma {summary["gamma"]}, speedup '
+            f'{summary["speedup"]:.2f}x', file=sys.stderr)
   return out

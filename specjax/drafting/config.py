@@ -32,11 +32,11 @@ class TrainDraftConfig:
                               'demo_draft for demo_target)')
   input: Optional[str] = flag(None, 'training inputs: text lines or JSONL with "inputs" '
                               '(the target decodes them; its outputs are the labels)')
-  max_examples: int = flag(4096, 'the first N inputs')
-  max_input_len: int = flag(64, 'encoder length (longer inputs are cut)')
-  max_decode_len: int = flag(48, 'the most tokens of each target decode')
+  max_examples: int = flag(4096, 'the first N inputs', least=1)
+  max_input_len: int = flag(64, 'encoder length (longer inputs are cut)', least=1)
+  max_decode_len: int = flag(48, 'the most tokens of each target decode', least=1)
   heads: int = flag(4, 'Medusa heads: head k proposes the token k past the last one '
-                    '(--kind medusa)')
+                    '(--kind medusa)', least=1)
   layers: Optional[int] = flag(None, 'the target\'s first M decoder layers that draft '
                                '(--kind layerskip)')
   eagle_passes: int = flag(1, 'passes of the EAGLE head over each training sequence: pass k '
@@ -54,11 +54,13 @@ class TrainDraftConfig:
                            'target\'s distribution p; tvd, the total variation distance '
                            '0.5 sum |p - q|, which is 1 - the acceptance probability of a '
                            'sampled draft token there', choices=DISTILL_LOSSES)
-  steps: int = flag(1000, 'optimizer steps')
-  batch_size: int = flag(32, 'sequences per step')
-  learning_rate: float = flag(1e-3, 'peak learning rate (Adam, warmup then cosine decay)')
-  warmup_steps: int = flag(50, 'steps of linear warmup')
-  save_every: int = flag(100, 'steps between checkpoints (a rerun resumes from the latest)')
+  steps: int = flag(1000, 'optimizer steps', least=1)
+  batch_size: int = flag(32, 'sequences per step', least=1)
+  learning_rate: float = flag(1e-3, 'peak learning rate (Adam, warmup then cosine decay)',
+                              above=0)
+  warmup_steps: int = flag(50, 'steps of linear warmup', least=0)
+  save_every: int = flag(100, 'steps between checkpoints (a rerun resumes from the latest)',
+                         least=1)
   seed: int = flag(0, 'of the batches')
   workdir: Optional[str] = flag(None, 'the run\'s directory: the target\'s decodes and the '
                                 'checkpoints (a rerun with the same one resumes)')

@@ -35,6 +35,8 @@ __all__ = ['DecodeConfig', 'DecodeJob', 'load_pair', 'run']
 REFILL_BATCHES = 4
 # `--gamma auto` times its choice against the target alone on at least this many inputs.
 PROBE_INPUTS = 16
+# How a calibrated choice's reason names the cache that keeps it: '...; kept in PATH ...'.
+KEPT_IN = '; kept in '
 
 
 @dataclasses.dataclass
@@ -140,7 +142,7 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
                  'measured_speedup': costs['measured_speedup']}
   kept = gamma_choice.remember(key, gamma, reason, calibration)
   if kept:
-    reason += f'; kept in {kept} for reruns of this setting'
+    reason += f'{KEPT_IN}{kept} for reruns of this setting'
   return gamma, reason, calibration
 
 
