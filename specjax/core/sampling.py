@@ -154,6 +154,34 @@ def argmax(x: jax.Array) -> jax.Array:
   return jnp.where(first_nan < vocab, first_nan, first_max)
 
 
+def sort_descending(x: jax.Array) -> jax.Array:
+  """The values of x [..., V] float32 along the last axis, largest first, NaNs last.
+
+  The values of `-jnp.sort(-x, axis=-1)`, found by sorting integers: each float's bits
+  mapped once to an int32 that orders as the float does (-0.0 taken as +0.0), where
+  jnp.sort maps both operands at every comparison. XLA:CPU sorts 8000 rows of 4096 in
+  1.5 s this way, in 6.6 s with jnp.sort. One difference: XLA:CPU compares floats
+  below the smallest normal one (|x| < 1.2e-38) as zero, so jnp.sort leaves them in input
+  order among the zeros; here they keep their own order (the arithmetic after the sort
+  reads them as zero either way).
+
+  Args:
+    x: [..., V] float32.
+
+  Returns:
+    [..., V] float32, each row sorted in descending order.
+  """
+  int_min, int_max = jnp.iinfo(jnp.int32).min, jnp.iinfo(jnp.int32).max
+  bits = jax.lax.bitcast_convert_type(x, jnp.int32)
+  bits = jnp.where(bits == int_min, 0, bits)  # -0.0 -> +0.0
+  # A negative float's bits order in reverse: flipping all but the sign bit puts every
+  # float in the int32 order of its value; `~` then reverses the order, NaNs put last.
+  ascending = jnp.where(bits < 0, bits ^ int_max, bits)
+  key = jnp.where(jnp.isnan(x), int_max, ~ascending)
+  key = ~jax.lax.sort(key, dimension=x.ndim - 1)
+  return jax.lax.bitcast_convert_type(jnp.where(key < 0, key ^ int_max, key), jnp.float32)
+
+
 def _rows(a: jax.Array, like: jax.Array) -> jax.Array:
   """Per-row values [B] shaped to broadcast against like [B, ..., V]: [B, 1, ..., 1]."""
   return a.reshape(a.shape + (1,) * (like.ndim - a.ndim))
@@ -180,7 +208,7 @@ def warp(logits: jax.Array, params: SamplingParams, mode: SamplingMode) -> jax.A
   greedy_row = temperature == 0.0
   scaled = logits / jnp.where(greedy_row, 1.0, temperature)  # [B, ..., V]
   if mode.top_k or mode.top_p:
-    descending = -jnp.sort(-scaled, axis=-1)  # [B, ..., V]
+    descending = sort_descending(scaled)  # [B, ..., V]
   if mode.top_k:
     k = _rows(params.top_k, logits)
     kth = jnp.take_along_axis(descending, jnp.clip(k - 1, 0, vocab - 1), axis=-1)
