@@ -11,8 +11,9 @@ import pytest
 
 import hf_for_tests
 
-torch = hf_for_tests.require('torch')
-transformers = hf_for_tests.require('transformers')
+torch = hf_for_tests.Lazy('torch')
+transformers = hf_for_tests.Lazy('transformers')
+hf_modules = hf_for_tests.required('torch', 'transformers')
 
 import specjax  # noqa: E402
 from specjax.checkpoints import hf_files, hf_lm  # noqa: E402

@@ -10,8 +10,9 @@ import pytest
 
 import hf_for_tests
 
-torch = hf_for_tests.require('torch')
-transformers = hf_for_tests.require('transformers')
+torch = hf_for_tests.Lazy('torch')
+transformers = hf_for_tests.Lazy('transformers')
+hf_modules = hf_for_tests.required('torch', 'transformers')
 
 from specjax.checkpoints import hf_t5  # noqa: E402
 from specjax.models import t5_layers  # noqa: E402

@@ -7,8 +7,8 @@ import pytest
 
 import hf_for_tests
 
-hf_for_tests.require('transformers')
-tokenizers = hf_for_tests.require('tokenizers')
+tokenizers = hf_for_tests.Lazy('tokenizers')
+hf_modules = hf_for_tests.required('transformers', 'tokenizers')
 
 from specjax import checkpoints, decode  # noqa: E402
 from specjax.job import inputs as inputs_lib  # noqa: E402

@@ -2,6 +2,7 @@
 and --task without seqio is a one-line error naming the fix. The Hugging Face tests skip
 without torch and transformers, unless SPECJAX_REQUIRE_HF asks for them."""
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -47,3 +48,39 @@ def test_hugging_face_tests_skip_or_fail_as_asked(monkeypatch):
   with pytest.raises(ImportError):
     hf_for_tests.require(missing)
   assert hf_for_tests.require('json').dumps([1]) == '[1]'
+
+
+def test_lazy_modules_import_at_first_use_and_skip_or_fail_as_asked(monkeypatch):
+  monkeypatch.delitem(sys.modules, 'colorsys', raising=False)
+  lazy = hf_for_tests.Lazy('colorsys')
+  assert 'colorsys' not in sys.modules  # nothing imported yet
+  assert lazy.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0) and 'colorsys' in sys.modules
+  missing = hf_for_tests.Lazy('specjax_no_such_package')
+  monkeypatch.delenv(hf_for_tests.REQUIRE_ENV, raising=False)
+  with pytest.raises(pytest.skip.Exception):
+    missing.anything  # pylint: disable=pointless-statement
+  monkeypatch.setenv(hf_for_tests.REQUIRE_ENV, '1')
+  with pytest.raises(ImportError):
+    missing.anything  # pylint: disable=pointless-statement
+
+
+def test_a_file_that_requires_a_missing_package_skips_or_fails_as_asked(tmp_path):
+  """`hf_for_tests.required` in a test file of its own, whose module fixture would fail:
+  the requirement comes first, so the tests skip, or fail on the import alone."""
+  (tmp_path / 'test_needs.py').write_text(
+      'import pytest\nimport hf_for_tests\n'
+      "needs = hf_for_tests.required('specjax_no_such_package')\n"
+      "@pytest.fixture(scope='module')\ndef built():\n  raise AssertionError('built first')\n"
+      'def test_one(built):\n  pass\ndef test_two():\n  pass\n')
+  env = {k: v for k, v in os.environ.items() if k != hf_for_tests.REQUIRE_ENV}
+  env['PYTHONPATH'] = os.path.dirname(os.path.abspath(__file__))
+
+  def run(**extra):
+    return subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                           '-p', 'no:xdist', 'test_needs.py'], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=dict(env, **extra))
+  skipped = run()
+  assert skipped.returncode == 0 and '2 skipped' in skipped.stdout, skipped.stdout
+  failed = run(**{hf_for_tests.REQUIRE_ENV: '1'})
+  assert failed.returncode == 1 and '2 errors' in failed.stdout, failed.stdout
+  assert 'built first' not in failed.stdout and 'ModuleNotFoundError' in failed.stdout
