@@ -7,7 +7,6 @@ import pytest
 
 import hf_for_tests
 
-tokenizers = hf_for_tests.Lazy('tokenizers')
 hf_modules = hf_for_tests.required('transformers', 'tokenizers')
 
 from specjax import checkpoints, decode  # noqa: E402
