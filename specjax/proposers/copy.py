@@ -33,7 +33,7 @@ from specjax.models import base
 OFF = -1e9
 
 
-def _match_lengths(history: jax.Array, text: jax.Array, ngram: int) -> jax.Array:
+def match_lengths(history: jax.Array, text: jax.Array, ngram: int) -> jax.Array:
   """[B, K, L] int32: the longest m <= N such that text's window of m tokens ending at j
   equals the last m of history [B, K, N] (-3 where there is no token)."""
   ends = jnp.arange(text.shape[1])
@@ -69,7 +69,7 @@ def best_matches(history: jax.Array, texts: List[Tuple[jax.Array, bool]],
   total = sum(text.shape[1] for text, _ in texts)
   for text, is_source in texts:
     ends = jnp.arange(text.shape[1])
-    length = _match_lengths(history, text, ngram)  # [B, K, L]
+    length = match_lengths(history, text, ngram)  # [B, K, L]
     nxt = jnp.take(text, jnp.clip(ends + 1, 0, text.shape[1] - 1), axis=1)  # [B, L]
     valid = ((ends + 1) < text.shape[1])[None, None] & (nxt >= 0)[:, None] & (length > 0)
     if not is_source:
@@ -94,7 +94,7 @@ def point_mass(token: jax.Array, vocab_size: int) -> jax.Array:
   return jnp.where(jnp.arange(vocab_size) == token[..., None], 0.0, OFF).astype(jnp.float32)
 
 
-def _history(ids: jax.Array, query: jax.Array, ngram: int) -> jax.Array:
+def history_at(ids: jax.Array, query: jax.Array, ngram: int) -> jax.Array:
   """[B, K, N]: the N tokens of ids [B, W] up to each query position [B, K]."""
   back = query[:, :, None] - ngram + 1 + jnp.arange(ngram)[None, None]  # [B, K, N]
   return jnp.where(back >= 0, jnp.take_along_axis(
@@ -157,8 +157,8 @@ class CopyDraft(proposal_lib.Stateless):
     proposal after each token [B, K] int32, whether it was found [B, K] bool)."""
     ids = base.write_cache(ids, tokens.astype(jnp.int32), positions)
     query = positions.astype(jnp.int32)[:, None] + jnp.arange(tokens.shape[1])[None]
-    token, found = best_matches(_history(ids, query, self.ngram), self._texts(encoded, ids),
-                                query, 1, self.ngram)
+    token, found = best_matches(history_at(ids, query, self.ngram),
+                                self._texts(encoded, ids), query, 1, self.ngram)
     return ids, token[..., 0], found[..., 0]
 
   def scorer(self, encoded: dict) -> proposal_lib.Scorer:
@@ -188,7 +188,7 @@ class CopyDraft(proposal_lib.Stateless):
             ) -> proposal_lib.Proposal:
     shape, batch = cfg.tree, pos.shape[0]
     pos = pos.astype(jnp.int32)
-    history = _history(ids, pos[:, None], self.ngram)  # [B, 1, N]: the root's
+    history = history_at(ids, pos[:, None], self.ngram)  # [B, 1, N]: the root's
     texts = self._texts(encoded, ids)
     fallback = self.eos_id if self.fallback == 'eos' else 0
     levels = []

@@ -1,0 +1,198 @@
+"""REST: drafts retrieved from a datastore of text (`python -m specjax.datastore build`).
+
+The datastore is a corpus of documents (token ids, each document followed by -1) and its
+suffix array, sorted by each suffix's first Q tokens. Below each row's last token the
+proposer looks up what the row has written so far:
+
+- anchored: while the row's whole output is at most Q tokens (T5: from the first token after
+  the decoder start; it is empty before the first token), the documents that begin with it
+  (an index of the document starts, sorted the same way, made when the datastore loads);
+- otherwise, or where no document begins so, the longest suffix of the output (at most Q
+  tokens) that occurs in the corpus.
+
+Both are two binary searches per query length, on device inside the decode loop (about
+2 log2(L) steps of Q-token comparisons per row and query length, no host round trip). The
+matches form a range of the sorted index, ordered by what follows them; R evenly spaced
+entries of the range are retrieved, so a continuation comes back about as often as its
+share of the matches, and their next tokens are proposed as a trie (`specjax.proposers.
+trie`): the N nodes the most retrievals pass through, or the heaviest path as a chain.
+Every node is a point mass, so the exact rules keep the target's output and distribution.
+The datastore's arrays are the proposer's params (replicated on a mesh); it keeps no state.
+
+Shape letters: B rows, W sequence width, Q the longest query, L corpus tokens, R retrieved
+continuations, D their depth.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.core import proposal as proposal_lib
+from specjax.core.state import LoopConfig
+from specjax.proposers import trie
+
+# Retrieved continuations per row and call.
+SAMPLES = 32
+
+
+def window(tokens: jax.Array, starts: jax.Array, width: int) -> jax.Array:
+  """tokens[start : start + width] of each of starts [...] -> [..., width], -1 past the
+  corpus's end."""
+  size = tokens.shape[0]
+  idx = starts[..., None] + jnp.arange(width, dtype=jnp.int32)
+  return jnp.where(idx < size, jnp.take(tokens, jnp.clip(idx, 0, size - 1)), -1)
+
+
+def bounds(tokens: jax.Array, index: jax.Array, query: jax.Array, length: jax.Array):
+  """The range [lo, hi) of `index` whose suffixes begin with the query.
+
+  Args:
+    tokens: [L] int32, the corpus (-1 after each document).
+    index: [K] int32, suffix start positions sorted by their first Q tokens.
+    query: [..., Q] int32, of which the first `length` [...] tokens are compared.
+
+  Returns:
+    (lo, hi), each [...] int32.
+  """
+  width, size = query.shape[-1], index.shape[0]
+  use = jnp.arange(width) < length[..., None]
+
+  def compare(mid):  # -1: the suffix sorts before the query, 0: it begins with it, 1: after
+    win = window(tokens, jnp.take(index, mid), width)
+    diff = (win != query) & use
+    at = jnp.argmax(diff, axis=-1)[..., None]
+    less = jnp.take_along_axis(win, at, -1)[..., 0] < jnp.take_along_axis(query, at, -1)[..., 0]
+    return jnp.where(jnp.any(diff, axis=-1), jnp.where(less, -1, 1), 0)
+
+  steps = max(1, math.ceil(math.log2(size + 1)))
+
+  def bound(upper: bool):
+    def body(_, carry):
+      lo, hi = carry
+      mid = (lo + hi) // 2
+      order = compare(jnp.clip(mid, 0, size - 1))
+      right = ((order < 0) | (upper & (order == 0))) & (lo < hi)
+      return jnp.where(right, mid + 1, lo), jnp.where(right | (lo >= hi), hi, mid)
+    start = (jnp.zeros(length.shape, jnp.int32), jnp.full(length.shape, size, jnp.int32))
+    return jax.lax.fori_loop(0, steps, body, start)[0]
+
+  return bound(False), bound(True)
+
+
+def document_starts(tokens: np.ndarray, max_query: int) -> np.ndarray:
+  """[S] int32: the position of each document's first token, sorted by its first Q tokens
+  as the suffix array is (on the host, once per load)."""
+  tokens = np.asarray(tokens)
+  ends = tokens < 0
+  starts = np.flatnonzero(~ends & np.concatenate([[True], ends[:-1]]))
+  padded = np.concatenate([tokens, np.full(max_query, -1, tokens.dtype)])
+  columns = [padded[starts + j] for j in reversed(range(max_query))]  # last key first
+  return starts[np.lexsort(columns)].astype(np.int32) if len(starts) else starts.astype(
+      np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestDraft(proposal_lib.Stateless):
+  """Retrieval from a datastore (module doc); params {'tokens', 'suffixes', 'starts'}.
+
+  Attributes:
+    vocab_size: V (the target's).
+    num_tokens, num_suffixes, num_starts: the sizes of the params' arrays.
+    max_query: Q, the datastore's sort key length: the longest suffix looked up.
+    text_start: the first position of a row's own text (1 for an encoder-decoder, after
+      the decoder start token; 0 for a decoder-only model, whose prompt is text).
+    samples: R, continuations retrieved per row and call.
+    eos_id, pad_id: the target's.
+  """
+
+  vocab_size: int
+  num_tokens: int
+  num_suffixes: int
+  num_starts: int
+  max_query: int = 8
+  text_start: int = 1
+  samples: int = SAMPLES
+  eos_id: int = 1
+  pad_id: int = 0
+
+  def init(self, rng: jax.Array) -> dict:
+    """An empty corpus of the params' shapes (every token -1: nothing is retrieved)."""
+    del rng
+    return {'tokens': jnp.full((self.num_tokens,), -1, jnp.int32),
+            'suffixes': jnp.zeros((self.num_suffixes,), jnp.int32),
+            'starts': jnp.zeros((self.num_starts,), jnp.int32)}
+
+  def param_axes(self) -> dict:
+    return {'tokens': (None,), 'suffixes': (None,), 'starts': (None,)}
+
+  def encode(self, params, inputs: jax.Array) -> dict:
+    del params, inputs
+    return {}
+
+  def encoded_axes(self) -> dict:
+    return {}
+
+  def retrieve(self, params: dict, seq: jax.Array, pos: jax.Array, depth: int):
+    """R continuations of each row's text: tokens [B, R, D] int32, valid [B, R, D]."""
+    tokens, q = params['tokens'], self.max_query
+    pos = pos.astype(jnp.int32)
+    written = pos - self.text_start + 1  # [B] tokens of the row's own text
+    lengths = jnp.arange(1, q + 1, dtype=jnp.int32)  # [Q] query lengths
+    # Floating: the last m tokens, m = 1 .. Q, for every row: [B, Q(m), Q].
+    back = pos[:, None, None] - lengths[None, :, None] + 1 + jnp.arange(q)[None, None]
+    query = jnp.take_along_axis(seq[:, None], jnp.clip(back, 0, seq.shape[1] - 1), axis=2)
+    ok = lengths[None] <= written[:, None]  # [B, Q]
+    lo, hi = bounds(tokens, params['suffixes'], query, jnp.broadcast_to(lengths, ok.shape))
+    found = ok & (hi > lo)
+    best = jnp.max(jnp.where(found, lengths[None], 0), axis=1)  # [B]: the longest, or 0
+    at = jnp.maximum(best - 1, 0)[:, None]
+    float_lo, float_hi = (jnp.take_along_axis(a, at, 1)[:, 0] for a in (lo, hi))
+    float_hi = jnp.where(best > 0, float_hi, float_lo)
+    # Anchored: the whole text so far, among the document starts.
+    text = jnp.take_along_axis(seq, jnp.clip(self.text_start + jnp.arange(q)[None], 0,
+                                             seq.shape[1] - 1), axis=1)  # [B, Q]
+    short = written <= q
+    a_lo, a_hi = bounds(tokens, params['starts'], text, jnp.clip(written, 0, q))
+    anchored = short & (a_hi > a_lo)
+    lo = jnp.where(anchored, a_lo, float_lo)
+    count = jnp.where(anchored, a_hi - a_lo, float_hi - float_lo)  # [B]
+    matched = jnp.where(anchored, written, best)
+    # R evenly spaced entries of the range (all of it when it is smaller).
+    r = jnp.arange(self.samples, dtype=jnp.int32)[None]
+    spread = jnp.where(count[:, None] >= self.samples,
+                       (r * count[:, None]) // self.samples, r)
+    entry = lo[:, None] + jnp.minimum(spread, jnp.maximum(count[:, None] - 1, 0))  # [B, R]
+    index = jnp.where(anchored[:, None], jnp.take(params['starts'], jnp.clip(
+        entry, 0, self.num_starts - 1)), jnp.take(params['suffixes'], jnp.clip(
+            entry, 0, self.num_suffixes - 1)))
+    cont = window(tokens, index + matched[:, None], depth)  # [B, R, D]
+    valid = (jnp.cumsum(cont < 0, axis=-1) == 0) & (r < count[:, None])[..., None]
+    return cont, valid
+
+  def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
+              cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
+    """A chain of cfg.gamma retrieved tokens, or the trie of cfg.tree's node count."""
+    del encoded, keys, sampling, active
+    depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
+    cont, valid = self.retrieve(params, seq.astype(jnp.int32), pos, depth)
+    weight = jnp.ones(cont.shape[:2], jnp.float32)
+    return trie.propose(cont, valid, weight, cfg, self.eos_id, self.vocab_size, state)
+
+
+def from_arrays(tokens: np.ndarray, suffixes: np.ndarray, max_query: int, target,
+                samples: int = SAMPLES):
+  """(RestDraft, params) for `target` from a datastore's corpus and suffix array."""
+  tokens = np.asarray(tokens, np.int32)
+  starts = document_starts(tokens, max_query)
+  draft = RestDraft(vocab_size=target.vocab_size, num_tokens=len(tokens),
+                    num_suffixes=len(suffixes), num_starts=len(starts), max_query=max_query,
+                    text_start=1 if target.encoded_axes() else 0, samples=samples,
+                    eos_id=target.eos_id, pad_id=target.pad_id)
+  params = {'tokens': jnp.asarray(tokens), 'suffixes': jnp.asarray(suffixes, jnp.int32),
+            'starts': jnp.asarray(starts)}
+  return draft, params
