@@ -1,0 +1,189 @@
+"""python -m specjax.datastore build: a retrieval datastore (`specjax.datastore.store`) from
+text, tokenised with a target's vocabulary, each document followed by EOS as the decoder
+writes it.
+
+Examples:
+  python -m specjax.datastore build --task specjax_demo_ende --output DIR
+  python -m specjax.datastore build --input docs.txt --vocab spm.model --output DIR
+  python -m specjax.datastore build --input rows.jsonl --field targets --target manpages_target \\
+      --output DIR
+
+--input reads one document per line, or JSON lines (the --field of each line's object).
+--task reads a bundled task's corpus split (built by scripts/build_demo_corpus.py or
+scripts/build_manpage_corpus.py under --data): specjax_demo_ende the German targets,
+specjax_demo_manpages the man-page summaries, manlm the whole man-page texts.
+The vocabulary is --vocab (a SentencePiece model, or a tokenizer.json with a decoder-only
+--target), else the --target's (default: the task's bundled target, demo_target for
+--input). Problems are one line on stderr and exit code 2, before the slow imports.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import sys
+from typing import List, Optional, Sequence
+
+from specjax import interrupt
+from specjax.datastore import layout, sources
+
+DEFAULT_TARGET = 'demo_target'  # the vocabulary of a plain --input
+
+
+class _Parser(argparse.ArgumentParser):
+  """An argument parser whose errors are one line: `error: ...`, exit 2."""
+
+  def error(self, message: str):
+    interrupt.error_line(f'error: {message} (see {self.prog} --help)')
+    sys.exit(2)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+  p = _Parser(prog='python -m specjax.datastore', description=__doc__.split('\n\n')[0])
+  sub = p.add_subparsers(dest='command', required=True, metavar='COMMAND')
+  b = sub.add_parser('build', help='build a datastore from text',
+                     description=__doc__.split('\n\n')[0],
+                     epilog=__doc__.split('\n\n', 1)[1],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+  what = b.add_mutually_exclusive_group(required=True)
+  what.add_argument('--input', metavar='FILE',
+                    help='text, one document per line, or JSON lines; - for stdin')
+  what.add_argument('--task', choices=sorted(sources.TASKS),
+                    help='a bundled task: its corpus split\'s targets (manlm: texts)')
+  b.add_argument('--output', required=True, metavar='DIR',
+                 help='the datastore directory to create (must not exist)')
+  b.add_argument('--vocab', metavar='PATH',
+                 help='SentencePiece model or tokenizer.json (default: the --target\'s)')
+  b.add_argument('--target', metavar='NAME',
+                 help='registry name of the target whose vocabulary to use (default: the '
+                 f'task\'s bundled target; {DEFAULT_TARGET} for --input)')
+  b.add_argument('--field', metavar='NAME',
+                 help=f'the JSON lines field to read (default "{sources.DEFAULT_FIELD}", '
+                 f'else the first of {", ".join(sources.FALLBACK_FIELDS)})')
+  b.add_argument('--split', default='train', choices=sources.SPLITS,
+                 help='the --task corpus split (default %(default)s)')
+  b.add_argument('--data', metavar='DIR',
+                 help='the --task corpus folder (default data/demo or data/manpages)')
+  b.add_argument('--max-query', type=int, default=layout.MAX_QUERY, metavar='Q',
+                 help='tokens of each suffix the array is sorted by: the longest lookup '
+                 f'(1-{layout.MAX_QUERY_LIMIT}, default %(default)s)')
+  b.add_argument('--max-documents', type=int, metavar='N',
+                 help='keep the first N documents (in file order)')
+  b.add_argument('--json', action='store_true', help='print the summary as JSON')
+  b.add_argument('--quiet', action='store_true', help='no progress bars')
+  return p.parse_args(argv)
+
+
+def _check(args) -> None:
+  """The arguments' problems that need no file read, as ValueError."""
+  if not 1 <= args.max_query <= layout.MAX_QUERY_LIMIT:
+    raise ValueError(f'--max-query must be in [1, {layout.MAX_QUERY_LIMIT}], got '
+                     f'{args.max_query}; pass one in range (default {layout.MAX_QUERY})')
+  if args.max_documents is not None and args.max_documents < 1:
+    raise ValueError(f'--max-documents must be at least 1, got {args.max_documents}')
+  if layout.occupied(args.output):
+    raise ValueError(f'{args.output} already exists; remove it (rm -r {args.output}) or pass '
+                     'another --output')
+  if args.input and (args.split != 'train' or args.data):
+    raise ValueError('--split and --data choose a --task corpus; drop them with --input')
+  if args.task and args.field:
+    raise ValueError('--field reads an --input file; a --task knows its field: drop --field')
+
+
+def _texts(args) -> sources.Texts:
+  """The documents as text, cut to --max-documents."""
+  texts = (sources.read_task(args.task, args.split, args.data) if args.task
+           else sources.read_file(args.input, args.field))
+  if args.max_documents and len(texts.texts) > args.max_documents:
+    return sources.Texts(texts.texts[:args.max_documents],
+                         f'{texts.source}; the first {args.max_documents} of '
+                         f'{len(texts.texts)} documents')
+  return texts
+
+
+def _vocabulary(path: Optional[str], target: str):
+  """The vocabulary to tokenise with: a decoder-only target's tokenizer (`path`, else its
+  bundled one), a T5 target's SentencePiece model (`path`, else its bundled one, else the
+  public T5 one)."""
+  from specjax import checkpoints  # pylint: disable=import-outside-toplevel
+  from specjax.checkpoints import registry  # pylint: disable=import-outside-toplevel
+  from specjax.models.lm import CausalLM  # pylint: disable=import-outside-toplevel
+  model = checkpoints.build_model(checkpoints.resolve_config(target))
+  pair = registry.bundled(target)
+  if isinstance(model, CausalLM):
+    if not path and not pair:
+      raise ValueError(f'{target} has no bundled tokenizer; pass its tokenizer.json or '
+                       'tokenizer.model with --vocab')
+    return checkpoints.load_tokenizer(path or pair.vocab, model)
+  path = path or (pair.vocab if pair else registry.T5_VOCAB)
+  if path.endswith('.json'):
+    raise ValueError(f'{path} is a tokenizer.json but {target} is a T5 model; pass --target '
+                     'NAME of the decoder-only model it belongs to')
+  try:
+    return checkpoints.load_vocab(path)
+  except RuntimeError as e:  # sentencepiece's parse error
+    reason = ' '.join(str(e).split())[:160]
+    raise ValueError(f'cannot read vocabulary {path} ({reason}); pass a SentencePiece model '
+                     'with --vocab') from None
+
+
+class _Documents:
+  """The texts' ids, each followed by EOS, encoded as they are read (sized, for the
+  progress bar)."""
+
+  def __init__(self, texts: List[str], vocab):
+    self._texts, self._vocab = texts, vocab
+
+  def __len__(self) -> int:
+    return len(self._texts)
+
+  def __iter__(self):
+    for text in self._texts:
+      yield list(self._vocab.encode(text)) + [self._vocab.eos_id]
+
+
+def _shown(path: str) -> str:
+  """`path` relative to the working directory when it is below it (the meta of a bundled
+  datastore names no machine's directories)."""
+  rel = os.path.relpath(os.path.abspath(path))
+  return path if rel.startswith('..') else rel
+
+
+def build(args, argv: Sequence[str]) -> dict:
+  """Builds and writes the datastore of `args`; its summary."""
+  _check(args)
+  texts = _texts(args)
+  from specjax.datastore import store  # pylint: disable=import-outside-toplevel
+  target = args.target or (sources.TASKS[args.task].target if args.task else DEFAULT_TARGET)
+  vocab = _vocabulary(args.vocab, target)
+  built = store.build(_Documents(texts.texts, vocab), vocab.vocab_size,
+                      store.vocab_fingerprint(vocab), args.max_query,
+                      progress=not args.quiet, source=texts.source)
+  own = {'target': target} if args.target or not args.vocab else {}  # what chose the vocab
+  meta = {**built.meta, **own, 'vocab': _shown(vocab.path),
+          'command': f'{layout.BUILD_COMMAND} {shlex.join(argv[1:])}'.rstrip()}
+  built = dataclasses.replace(built, meta=meta)
+  store.write(built, args.output)
+  return store.summary(built, args.output)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  args = parse_args(argv)
+  try:
+    out = build(args, argv)
+  except KeyboardInterrupt:
+    interrupt.error_line(f'interrupted: no datastore written to {args.output}')
+    return 130
+  except (ValueError, OSError) as e:
+    interrupt.error_line(f'error: {" ".join(str(e).split())}')
+    return 2
+  if args.json:
+    print(json.dumps(out))
+  else:
+    print(f'{out["path"]}: {out["documents"]} documents, {out["tokens"]} tokens, '
+          f'{layout.human_size(out["bytes"])} on disk (max_query {out["max_query"]}, '
+          f'{out["vocab_size"]} ids)')
+  return 0
