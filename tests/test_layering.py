@@ -8,8 +8,10 @@ Low to high (docs/design.md says what each part holds):
   1. core, checkpoints       the decode (a mesh's rules from parallel); weights into models
   2. demo, speed,            bundled pairs' data; costs and plans; the drafts that are not
      proposers              models (copy, bigram, copy + model, heads on the target)
-  3. tasks, drafting         seqio tasks over the bundled corpora; drafts trained from the
-                            target (Medusa and EAGLE heads: data, training, checkpoints)
+  3. tasks, drafting,        seqio tasks over the bundled corpora; drafts trained from the
+     datastore              target (Medusa and EAGLE heads: data, training, checkpoints);
+                            retrieval datastores of text (suffix arrays, the bundled ones
+                            built from the bundled corpora)
   4. job, t5x                what `python -m specjax.decode` runs; the decode inside T5X
                             (any draft kind, trained heads included)
   5. bench                   `python -m specjax.bench`, which runs the job's decodes
@@ -28,7 +30,7 @@ LAYERS = (
     ('models', 'parallel', 'flags', 'reports', 'interrupt'),
     ('core', 'checkpoints'),
     ('demo', 'speed', 'proposers'),
-    ('tasks', 'drafting'),
+    ('tasks', 'drafting', 'datastore'),
     ('job', 't5x'),
     ('bench',),
     ('decode', 'evaluate', 'plan', 'train_draft', '__init__'),
