@@ -51,7 +51,12 @@ class DecodeConfig:
                     'by python -m specjax.train_draft (medusa: the ones bundled for '
                     'demo_target, manpages_target and manlm_target); eagle:PATH: an EAGLE '
                     'head trained the same way, for T5 and decoder-only targets (eagle: the '
-                    'bundled ones)')
+                    'bundled ones); rest:DIR: continuations retrieved from a datastore that '
+                    'python -m specjax.datastore build made (rest: the one bundled for '
+                    'demo_target, manpages_target or manlm_target); suffix: continuations of '
+                    'the row\'s own earlier text (its output and input); rest and suffix '
+                    'verify a chain or the trie of what they retrieve (--tree-nodes N '
+                    '--tree-depth D)')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
                                           'the target (default: bundled for demo_*, '
                                           'manpages_* and manlm_*, the public T5X one on '
@@ -166,6 +171,14 @@ class DecodeConfig:
                                    'index, 0 (the one that writes) to --num-processes - 1')
   compare: bool = flag(True, 'skip the target-only decode (no speedup and no identity check '
                        'in the summary)', negated='--no-compare')
+  compile_cache: Optional[str] = flag(None, 'keep the compiled programs in DIR and load them '
+                                      'in later runs instead of compiling again (default: '
+                                      '$JAX_COMPILATION_CACHE_DIR if set, else the xla folder '
+                                      'of the specjax cache: $SPECJAX_CACHE_DIR, '
+                                      '$XDG_CACHE_HOME/specjax or ~/.cache/specjax)',
+                                      metavar='DIR')
+  use_compile_cache: bool = flag(True, 'compile every program afresh, reading and writing no '
+                                 'compile cache', negated='--no-compile-cache')
   json: bool = flag(False, 'print the summary as one JSON object')
   quiet: bool = flag(False, 'no progress bar, no translations')
   progress: bool = flag(True, 'a progress bar on stderr', cli=False)
@@ -248,6 +261,9 @@ class DecodeConfig:
                        '--gamma at most --max-decode-len')
     if self.max_gamma < 1:
       raise ValueError(f'--max-gamma must be >= 1, got {self.max_gamma}')
+    if drafts.is_retrieval(self.draft) and self.draft != drafts.SUFFIX:
+      drafts.check_datastore(self.draft, self.target,
+                             own_vocab=not (self.vocab or self.target_checkpoint))
     if drafts.trained_kind(self.draft) and self.draft_threshold > 0:
       raise ValueError(f'--draft {self.draft} drafts from the target\'s hidden states, which '
                        'the verify call returns for every draft: drop --draft-threshold')
@@ -284,6 +300,9 @@ class DecodeConfig:
     if self.draft == drafts.COPY and self.tree is None:
       raise ValueError('--draft copy grows static trees only (it has no probabilities to '
                        'grow a dynamic tree by): pass --tree B1,B2,.. instead of --tree-nodes')
+    if drafts.is_retrieval(self.draft) and self.tree is not None:
+      raise ValueError(f'--draft {self.draft} proposes the trie of what it retrieves, not a '
+                       'fixed branching: pass --tree-nodes N --tree-depth D instead of --tree')
     depth = tree.depth_count
     if self.gamma != AUTO and self.gamma != depth:
       raise ValueError(f'--gamma {self.gamma} disagrees with the tree, which drafts {depth} '

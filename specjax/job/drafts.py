@@ -12,19 +12,25 @@
   trained by `python -m specjax.train_draft`; `medusa`: the heads bundled for demo_target,
   manpages_target and manlm_target;
 - `eagle:PATH`: an EAGLE head (`specjax.proposers.eagle`), trained the same way; `eagle`:
-  the ones bundled for demo_target, manpages_target and manlm_target.
+  the ones bundled for demo_target, manpages_target and manlm_target;
+- `rest:DIR`: continuations retrieved from a datastore (`specjax.proposers.rest`), built by
+  `python -m specjax.datastore build`; `rest`: the one bundled for the target's task;
+- `suffix`: continuations of the row's own earlier text (`specjax.proposers.suffix`).
 """
 from __future__ import annotations
 
 import os
 from typing import Callable, Optional, Tuple
 
-from specjax.checkpoints.registry import ASSETS, MANLM_ASSETS, MANPAGES_ASSETS
+from specjax.checkpoints.registry import ASSETS, MANLM_ASSETS, MANPAGES_ASSETS, bundled
+from specjax.datastore import store as datastore
 from specjax.drafting import heads_io
 from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
+from specjax.proposers import rest as rest_lib
+from specjax.proposers.suffix import SuffixDraft
 
 # The bigram table of each registry target that ships one.
 DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
@@ -40,6 +46,7 @@ DEFAULT_EAGLE = {'demo_target': os.path.join(ASSETS, 'eagle'),
                  'manlm_target': os.path.join(MANLM_ASSETS, 'eagle')}
 COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa'
 EAGLE = 'eagle'
+REST, SUFFIX = 'rest', 'suffix'
 # The drafts trained by python -m specjax.train_draft: their bundled checkpoints.
 TRAINED = {MEDUSA: DEFAULT_MEDUSA, EAGLE: DEFAULT_EAGLE}
 
@@ -53,11 +60,70 @@ def trained_kind(spec: str) -> Optional[str]:
   return None
 
 
+def is_retrieval(spec: str) -> bool:
+  """Whether `spec` names a retrieval draft (rest, rest:DIR, suffix): it proposes the
+  trie of what it retrieved, as a chain or a dynamic tree."""
+  return spec in (REST, SUFFIX) or spec.startswith(REST + ':')
+
+
 def is_builtin(spec: str) -> bool:
   """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME,
-  layerskip:M, medusa:PATH, eagle:PATH)."""
+  layerskip:M, medusa:PATH, eagle:PATH, rest[:DIR], suffix)."""
   return (spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP))
-          or trained_kind(spec) is not None)
+          or trained_kind(spec) is not None or is_retrieval(spec))
+
+
+def datastore_path(spec: str, target_name: str) -> str:
+  """The datastore directory of 'rest:DIR' (DIR), or of 'rest' (the target's bundled one).
+
+  Raises:
+    ValueError: 'rest' for a target that ships none (names the build command).
+  """
+  path = spec[len(REST) + 1:] if spec.startswith(REST + ':') else ''
+  path = path or datastore.DEFAULT_DATASTORES.get(target_name)
+  if path is None:
+    raise ValueError(f'no datastore ships with {target_name}; build one with '
+                     f'{datastore.BUILD_COMMAND} --input FILE --output DIR --target '
+                     f'{target_name} and pass --draft rest:DIR')
+  return path
+
+
+def check_datastore(spec: str, target_name: str, own_vocab: bool = True) -> None:
+  """The checks of a 'rest[:DIR]' draft that need no model, before anything loads: the
+  datastore is one and is not empty, and with `own_vocab` (the target's vocabulary is the
+  one its bundled pair ships) it was built with that vocabulary. Otherwise the vocabulary is
+  checked once it is loaded (`retrieval`).
+
+  Raises:
+    ValueError, FileNotFoundError: one line, naming the fix.
+  """
+  path = datastore_path(spec, target_name)
+  pair = bundled(target_name) if own_vocab else None
+  vocab = None
+  if pair is not None:
+    from specjax import checkpoints  # pylint: disable=import-outside-toplevel
+    vocab = checkpoints.load_vocab(pair.vocab)
+  datastore.load(path, vocab)
+
+
+def retrieval(spec: str, target, target_name: str, vocab=None):
+  """(draft, params) of 'rest[:DIR]' (the datastore checked against `vocab`, the job's
+  vocabulary, when given) or 'suffix'.
+
+  Raises:
+    ValueError, FileNotFoundError: a datastore that is missing, empty, damaged, built
+      with another vocabulary, or holding ids the target cannot emit.
+  """
+  if spec == SUFFIX:
+    return SuffixDraft(target.vocab_size, source=bool(target.encoded_axes()),
+                       eos_id=target.eos_id, pad_id=target.pad_id), {}
+  path = datastore_path(spec, target_name)
+  store = datastore.load(path, vocab)
+  if store.vocab_size > target.vocab_size:
+    raise ValueError(f'datastore {path} was built with a vocabulary of {store.vocab_size} '
+                     f'ids, more than the target\'s {target.vocab_size} logits; build it with '
+                     'the target\'s vocabulary')
+  return rest_lib.from_arrays(store.tokens, store.suffixes, store.max_query, target)
 
 
 def model_name(spec: str) -> Optional[str]:
@@ -108,17 +174,17 @@ def trained_heads(path: str, target, kind: str = MEDUSA):
 
 
 def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str], Tuple],
-                  table: Optional[str] = None):
+                  table: Optional[str] = None, vocab=None):
   """(draft, params) for a --draft spec.
 
   Args:
     spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'layerskip:PATH', 'medusa[:PATH]',
-      'eagle[:PATH]',
-      or a model NAME.
+      'eagle[:PATH]', 'rest[:DIR]', 'suffix', or a model NAME.
     target: the loaded target (vocabulary size and special ids).
     target_name: its --target (which bundled bigram table is its own).
     load_model: NAME -> (model, params), the pair's loader.
     table: --draft-checkpoint, for 'bigram'.
+    vocab: the job's vocabulary, which a datastore ('rest') must have been built with.
 
   Raises:
     ValueError: 'bigram' without a table for this target (names --draft-checkpoint);
@@ -127,6 +193,8 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
   """
   if spec == COPY:
     return copy_draft(target), {}
+  if is_retrieval(spec):
+    return retrieval(spec, target, target_name, vocab)
   if spec == BIGRAM:
     path = table or DEFAULT_BIGRAMS.get(target_name)
     if path is None:

@@ -121,9 +121,9 @@ def load_pair(job, mesh=None):
     loaded.update(name=name, path=path, model=model)
     return model, params
 
-  draft, dp = drafts.resolve_draft(job.draft, target, job.target, load_draft,
-                                   table=job.draft_checkpoint)
   vocab = _vocab(job, target, target_path, job.vocab)
+  draft, dp = drafts.resolve_draft(job.draft, target, job.target, load_draft,
+                                   table=job.draft_checkpoint, vocab=vocab)
   if job.draft_vocab and loaded:
     draft_vocab = _vocab(job, loaded['model'], loaded['path'], job.draft_vocab, target=False)
     if draft_vocab.serialized() != vocab.serialized():

@@ -18,11 +18,14 @@ from specjax.core.tree import DynamicTree
 from specjax.models.t5 import T5
 from specjax.models.t5_config import t5_tiny, t5_tiny_draft
 from specjax.parallel import mesh as mesh_lib
+from specjax.datastore import store
+from specjax.proposers import rest
 from specjax.proposers.bigram import BigramDraft, table_from_counts
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.eagle import EagleHead
 from specjax.proposers.layer_skip import LayerSkip, exit_params
 from specjax.proposers.medusa import MedusaHeads
+from specjax.proposers.suffix import SuffixDraft
 
 MAX_LEN = 12
 RNG = jax.random.PRNGKey(5)
@@ -66,7 +69,7 @@ def test_tree_decode_on_a_mesh_with_refill_equals_unsharded(pair_and_inputs, ref
 
 
 @pytest.mark.parametrize('kind', ['copy', 'bigram', 'layerskip', 'layerskip+exit', 'medusa',
-                                  'eagle'])
+                                  'eagle', 'rest', 'suffix'])
 def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_and_inputs,
                                                                           kind):
   """Sampled with refill on a 2x4 mesh: the copy's static tree of earlier matches, the
@@ -74,8 +77,9 @@ def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_a
   the target's params and encoding, sharded, are what it drafts with; with an exit of its
   own, sharded by the target's axes), Medusa heads' tree
   (the target's hidden states, sharded, are what they read), an EAGLE head's tree (its
-  own cache and feature buffer, sharded like a cache); greedy rows of the same run stay
-  the target's."""
+  own cache and feature buffer, sharded like a cache), the tries of REST's retrievals (its
+  datastore, replicated: the target's own outputs here) and of the suffix draft's earlier
+  matches; greedy rows of the same run stay the target's."""
   target, tp, _, _, inputs = pair_and_inputs
   vocab = target.vocab_size
   if kind == 'copy':
@@ -90,6 +94,16 @@ def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_a
     dp, shape = draft.init(jax.random.PRNGKey(2), scale=1.0), '2,1'
   elif kind == 'eagle':
     draft, dp, shape = EagleHead(target), EagleHead(target).from_target(tp), '2,2,1'
+  elif kind == 'rest':
+    alone = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=MAX_LEN)
+    documents = [row[:n].tolist() for row, n in zip(np.asarray(alone.tokens),
+                                                     np.asarray(alone.lengths))]
+    built = store.build(documents, vocab, 'tiny', max_query=4)
+    draft, dp = rest.from_arrays(built.tokens, built.suffixes, built.max_query, target)
+    shape = DynamicTree(6, 3, 2)
+  elif kind == 'suffix':
+    draft, dp = SuffixDraft(vocab, eos_id=target.eos_id, pad_id=target.pad_id), {}
+    shape = DynamicTree(6, 3, 2)
   else:
     draft, dp = BigramDraft(vocab, 3), table_from_counts(
         np.random.default_rng(4).integers(0, 9, (vocab, vocab)), 3)
