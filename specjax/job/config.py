@@ -56,7 +56,10 @@ class DecodeConfig:
                     'demo_target, manpages_target or manlm_target); suffix: continuations of '
                     'the row\'s own earlier text (its output and input); rest and suffix '
                     'verify a chain or the trie of what they retrieve (--tree-nodes N '
-                    '--tree-depth D)')
+                    '--tree-depth D); cascade:NAME/CHEAP[/K]: the draft model NAME\'s '
+                    'chain drafted K (3) tokens at a time by CHEAP (bigram, copy, suffix, '
+                    'rest) and verified by NAME; cascade:NAME:K,CHEAP: NAME\'s first K '
+                    'drafts, then CHEAP\'s (chains)')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
                                           'the target (default: bundled for demo_*, '
                                           'manpages_* and manlm_*, the public T5X one on '
@@ -261,8 +264,16 @@ class DecodeConfig:
                        '--gamma at most --max-decode-len')
     if self.max_gamma < 1:
       raise ValueError(f'--max-gamma must be >= 1, got {self.max_gamma}')
-    if drafts.is_retrieval(self.draft) and self.draft != drafts.SUFFIX:
-      drafts.check_datastore(self.draft, self.target,
+    cheap = self.draft
+    if self.draft.startswith(drafts.CASCADE):
+      parsed = drafts.parse_cascade(self.draft)
+      cheap = parsed.cheap
+      if not parsed.vertical and self.gamma != AUTO and self.gamma <= parsed.count:
+        raise ValueError(f'--draft {self.draft} drafts its first {parsed.count} tokens with '
+                         f'{parsed.model} and the rest with {parsed.cheap}: pass --gamma '
+                         f'above {parsed.count}')
+    if drafts.is_retrieval(cheap) and cheap != drafts.SUFFIX:
+      drafts.check_datastore(cheap, self.target,
                              own_vocab=not (self.vocab or self.target_checkpoint))
     if drafts.trained_kind(self.draft) and self.draft_threshold > 0:
       raise ValueError(f'--draft {self.draft} drafts from the target\'s hidden states, which '
@@ -294,6 +305,8 @@ class DecodeConfig:
     if rules:
       raise ValueError(f'a tree is verified by the exact tree rule: drop '
                        f'{" and ".join(rules)}, or drop the tree')
+    if self.draft.startswith(drafts.CASCADE):
+      raise ValueError(f'--draft {self.draft} is a cascade, which drafts chains: drop the tree')
     if self.draft.startswith(drafts.HYBRID):
       raise ValueError(f'--draft {self.draft} proposes chains only: trees need a draft model, '
                        'copy or bigram; pass --draft NAME, copy or bigram, or drop the tree')

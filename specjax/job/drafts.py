@@ -15,12 +15,17 @@
   the ones bundled for demo_target, manpages_target and manlm_target;
 - `rest:DIR`: continuations retrieved from a datastore (`specjax.proposers.rest`), built by
   `python -m specjax.datastore build`; `rest`: the one bundled for the target's task;
-- `suffix`: continuations of the row's own earlier text (`specjax.proposers.suffix`).
+- `suffix`: continuations of the row's own earlier text (`specjax.proposers.suffix`);
+- `cascade:NAME/CHEAP` (or `cascade:NAME/CHEAP/K`): the draft model NAME's chain, itself
+  drafted K (default 3) tokens at a time by CHEAP (bigram, copy, suffix, rest, rest:DIR)
+  and verified by NAME (a vertical cascade, `specjax.proposers.cascade`);
+  `cascade:NAME:K,CHEAP`: the first K drafts from NAME, the rest from CHEAP (horizontal).
 """
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional, Tuple
+import re
+from typing import Callable, NamedTuple, Optional, Tuple
 
 from specjax.checkpoints.registry import ASSETS, MANLM_ASSETS, MANPAGES_ASSETS, bundled
 from specjax.datastore import store as datastore
@@ -29,7 +34,9 @@ from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
+from specjax.core.model_proposer import as_proposer
 from specjax.proposers import rest as rest_lib
+from specjax.proposers.cascade import HorizontalCascade, VerticalCascade
 from specjax.proposers.suffix import SuffixDraft
 
 # The bigram table of each registry target that ships one.
@@ -47,6 +54,53 @@ DEFAULT_EAGLE = {'demo_target': os.path.join(ASSETS, 'eagle'),
 COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa'
 EAGLE = 'eagle'
 REST, SUFFIX = 'rest', 'suffix'
+CASCADE = 'cascade:'
+# The proposers a cascade's cheaper part may be: they read only the sequence.
+CHEAP = "bigram, copy, suffix, rest or rest:DIR"
+
+
+class Cascade(NamedTuple):
+  """A parsed cascade spec.
+
+  Attributes:
+    vertical: True for NAME/CHEAP[/K], False for NAME:K,CHEAP.
+    model: NAME, the draft model.
+    cheap: CHEAP, the proposer that reads only the sequence.
+    count: K: the cheap proposer's drafts per call of the model (vertical), or the
+      model's drafts before the cheap one takes over (horizontal).
+  """
+
+  vertical: bool
+  model: str
+  cheap: str
+  count: int
+
+
+def parse_cascade(spec: str) -> Cascade:
+  """The Cascade of 'cascade:NAME/CHEAP[/K]' or 'cascade:NAME:K,CHEAP'.
+
+  Raises:
+    ValueError: another form, K < 1, or a CHEAP part that is not one of CHEAP (one line
+      naming the forms).
+  """
+  body = spec[len(CASCADE):]
+  horizontal = re.fullmatch(r'([^,/:]+):(\d+),(.+)', body)
+  vertical = re.fullmatch(r'([^,/:]+)/(.+?)(?:/(\d+))?', body)
+  if horizontal:
+    parsed = Cascade(False, horizontal[1], horizontal[3], int(horizontal[2]))
+  elif vertical:
+    parsed = Cascade(True, vertical[1], vertical[2], int(vertical[3] or 3))
+  else:
+    raise ValueError(f'--draft {spec}: a cascade is cascade:NAME/CHEAP (NAME\'s chain drafted '
+                     'by CHEAP, 3 tokens per call of NAME; cascade:NAME/CHEAP/K for K), or '
+                     'cascade:NAME:K,CHEAP (NAME\'s first K drafts, then CHEAP\'s), NAME a '
+                     f'draft model, CHEAP one of {CHEAP}')
+  if parsed.count < 1:
+    raise ValueError(f'--draft {spec}: K must be >= 1')
+  if not (parsed.cheap in (BIGRAM, COPY) or is_retrieval(parsed.cheap)):
+    raise ValueError(f'--draft {spec}: the cheaper part {parsed.cheap!r} must read only the '
+                     f'sequence: one of {CHEAP}')
+  return parsed
 # The drafts trained by python -m specjax.train_draft: their bundled checkpoints.
 TRAINED = {MEDUSA: DEFAULT_MEDUSA, EAGLE: DEFAULT_EAGLE}
 
@@ -69,7 +123,7 @@ def is_retrieval(spec: str) -> bool:
 def is_builtin(spec: str) -> bool:
   """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME,
   layerskip:M, medusa:PATH, eagle:PATH, rest[:DIR], suffix)."""
-  return (spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP))
+  return (spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP, CASCADE))
           or trained_kind(spec) is not None or is_retrieval(spec))
 
 
@@ -130,6 +184,8 @@ def model_name(spec: str) -> Optional[str]:
   """The draft model a spec loads (NAME of copy+NAME, spec itself for a model), or None."""
   if spec.startswith(HYBRID):
     return spec[len(HYBRID):]
+  if spec.startswith(CASCADE):
+    return parse_cascade(spec).model
   return None if is_builtin(spec) else spec
 
 
@@ -173,6 +229,18 @@ def trained_heads(path: str, target, kind: str = MEDUSA):
   return heads_io.heads_for(meta, target, path, kind), params
 
 
+def cascade(parsed: Cascade, target, target_name: str, load_model, table=None, vocab=None):
+  """(VerticalCascade or HorizontalCascade, params) of a parsed cascade spec."""
+  model, params = load_model(parsed.model)
+  cheap, cheap_params = resolve_draft(parsed.cheap, target, target_name, load_model, table,
+                                      vocab)
+  if parsed.vertical:
+    return (VerticalCascade(model, cheap, parsed.count),
+            {'draft': params, 'inner': cheap_params})
+  return (HorizontalCascade(as_proposer(model), cheap, parsed.count),
+          {'first': params, 'rest': cheap_params})
+
+
 def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str], Tuple],
                   table: Optional[str] = None, vocab=None):
   """(draft, params) for a --draft spec.
@@ -213,4 +281,6 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
   if spec.startswith(HYBRID):
     model, params = load_model(spec[len(HYBRID):])
     return HybridDraft(copy_draft(target), model), params
+  if spec.startswith(CASCADE):
+    return cascade(parse_cascade(spec), target, target_name, load_model, table, vocab)
   return load_model(spec)
