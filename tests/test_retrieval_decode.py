@@ -1,5 +1,5 @@
-"""The retrieval drafts end to end: `--draft rest` (the bundled datastores) and `--draft
-suffix` are greedy-identical to the target alone on both bundled encoder-decoder tasks and
+"""The retrieval drafts end to end: `--draft rest` (the bundled datastores), `--draft
+suffix` and their mixture `rest+suffix` are greedy-identical to the target alone on both bundled encoder-decoder tasks and
 on the decoder-only pair, chains and tries, with refill; the command line refuses an
 empty, damaged or foreign datastore and the flags that do not go with them in one line,
 before any model loads."""
@@ -44,7 +44,7 @@ def _vocab(name):
 
 
 @pytest.mark.parametrize('shape', SHAPES, ids=SHAPE_IDS)
-@pytest.mark.parametrize('spec', ['rest', 'suffix'])
+@pytest.mark.parametrize('spec', ['rest', 'suffix', 'rest+suffix'])
 @pytest.mark.parametrize('task', ['demo', 'manpages'])
 def test_greedy_retrieval_is_the_targets_on_the_encoder_decoder_tasks(demo_pair, manpages_pair,
                                                                      task, spec, shape):
@@ -60,7 +60,7 @@ def test_greedy_retrieval_is_the_targets_on_the_encoder_decoder_tasks(demo_pair,
 
 
 @pytest.mark.parametrize('shape', SHAPES, ids=SHAPE_IDS)
-@pytest.mark.parametrize('spec', ['rest', 'suffix'])
+@pytest.mark.parametrize('spec', ['rest', 'suffix', 'rest+suffix'])
 def test_greedy_retrieval_is_the_targets_on_the_decoder_only_pair(manlm, spec, shape):
   target, tp, vocab, prompts = manlm
   draft, dp = drafts.resolve_draft(spec, target, 'manlm_target', None, vocab=vocab)

@@ -160,10 +160,11 @@ def _markov_rest():
 
 
 @pytest.mark.parametrize('config', [T1, T07], ids=['t1', 't0.7-top3-top0.9'])
-@pytest.mark.parametrize('kind', ['rest', 'suffix'])
+@pytest.mark.parametrize('kind', ['rest', 'suffix', 'rest+suffix'])
 def test_sampled_retrieval_trees_follow_the_target_on_the_first_three_tokens(config, kind):
-  draft, dp = _markov_rest() if kind == 'rest' else (suffix.SuffixDraft(6, 3, source=False),
-                                                     {})
+  own = (suffix.SuffixDraft(6, 3, source=False), {})
+  draft, dp = {'rest': _markov_rest(), 'suffix': own}.get(kind) or (
+      trie.Mixture((_markov_rest()[0], own[0])), {'0': _markov_rest()[1], '1': {}})
   tokens, expected, out = _draws(draft, dp, config)
   assert chi_square_pvalue(tokens, expected) > 1e-3
   assert int(out.stats.accepted.sum()) > 0.1 * N
@@ -187,6 +188,21 @@ def test_a_sampled_rest_chain_follows_the_target():
   expected = enumerate_markov(target.transition_probs(tp, T1), PROMPT[-1], STEPS)
   assert chi_square_pvalue(np.asarray(out.tokens), expected) > 1e-3
   assert int(out.stats.accepted.sum()) > 0
+
+
+def test_a_mixture_weighs_each_parts_retrievals_to_one():
+  """REST's 32 retrievals weigh as much as the suffix draft's few: one trie of both."""
+  rest_draft, params = _markov_rest()
+  own = suffix.SuffixDraft(6, 3, samples=2, source=False)
+  mixture = trie.Mixture((rest_draft, own))
+  cfg = LoopConfig(gamma=1, max_decode_len=4, tree=tree.DynamicTree(3, 1, 3))
+  seq = jnp.array([[3, 5, 3, 2, 4, 3, 0, 0]])
+  p = mixture.propose({'0': params, '1': {}}, {'0': {}, '1': {}}, {}, seq, jnp.array([5]),
+                      None, None, cfg)
+  # REST: '2 4 3' occurs once, then 2 (weight 1); the suffix draft: '3' at positions 0
+  # and 2, then 5 and 2 (1/2 each): 2 weighs 1.5, 5 0.5, then the fallback (EOS).
+  assert p.tokens[0].tolist() == [2, 5, 1]
+  assert p.parents[0].tolist() == [-1, -1, -1]
 
 
 def test_a_static_tree_is_refused_in_one_line():

@@ -16,6 +16,8 @@
 - `rest:DIR`: continuations retrieved from a datastore (`specjax.proposers.rest`), built by
   `python -m specjax.datastore build`; `rest`: the one bundled for the target's task;
 - `suffix`: continuations of the row's own earlier text (`specjax.proposers.suffix`);
+- `rest+suffix` (or `rest:DIR+suffix`): one trie of both's continuations
+  (`specjax.proposers.trie.Mixture`);
 - `cascade:NAME/CHEAP` (or `cascade:NAME/CHEAP/K`): the draft model NAME's chain, itself
   drafted K (default 3) tokens at a time by CHEAP (bigram, copy, suffix, rest, rest:DIR)
   and verified by NAME (a vertical cascade, `specjax.proposers.cascade`);
@@ -38,6 +40,7 @@ from specjax.core.model_proposer import as_proposer
 from specjax.proposers import rest as rest_lib
 from specjax.proposers.cascade import HorizontalCascade, VerticalCascade
 from specjax.proposers.suffix import SuffixDraft
+from specjax.proposers.trie import Mixture
 
 # The bigram table of each registry target that ships one.
 DEFAULT_BIGRAMS = {'demo_target': os.path.join(ASSETS, 'bigram.npz'),
@@ -54,6 +57,7 @@ DEFAULT_EAGLE = {'demo_target': os.path.join(ASSETS, 'eagle'),
 COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa'
 EAGLE = 'eagle'
 REST, SUFFIX = 'rest', 'suffix'
+PLUS_SUFFIX = '+suffix'  # rest[:DIR]+suffix: one trie of both's continuations
 CASCADE = 'cascade:'
 # The proposers a cascade's cheaper part may be: they read only the sequence.
 CHEAP = "bigram, copy, suffix, rest or rest:DIR"
@@ -117,6 +121,8 @@ def trained_kind(spec: str) -> Optional[str]:
 def is_retrieval(spec: str) -> bool:
   """Whether `spec` names a retrieval draft (rest, rest:DIR, suffix): it proposes the
   trie of what it retrieved, as a chain or a dynamic tree."""
+  if spec.endswith(PLUS_SUFFIX) and spec != PLUS_SUFFIX[1:]:
+    spec = spec[:-len(PLUS_SUFFIX)]
   return spec in (REST, SUFFIX) or spec.startswith(REST + ':')
 
 
@@ -133,6 +139,7 @@ def datastore_path(spec: str, target_name: str) -> str:
   Raises:
     ValueError: 'rest' for a target that ships none (names the build command).
   """
+  spec = spec[:-len(PLUS_SUFFIX)] if spec.endswith(PLUS_SUFFIX) else spec
   path = spec[len(REST) + 1:] if spec.startswith(REST + ':') else ''
   path = path or datastore.DEFAULT_DATASTORES.get(target_name)
   if path is None:
@@ -171,6 +178,10 @@ def retrieval(spec: str, target, target_name: str, vocab=None):
   if spec == SUFFIX:
     return SuffixDraft(target.vocab_size, source=bool(target.encoded_axes()),
                        eos_id=target.eos_id, pad_id=target.pad_id), {}
+  if spec.endswith(PLUS_SUFFIX):
+    parts = [retrieval(s, target, target_name, vocab)
+             for s in (spec[:-len(PLUS_SUFFIX)], SUFFIX)]
+    return Mixture(tuple(d for d, _ in parts)), {str(i): p for i, (_, p) in enumerate(parts)}
   path = datastore_path(spec, target_name)
   store = datastore.load(path, vocab)
   if store.vocab_size > target.vocab_size:

@@ -177,11 +177,17 @@ class RestDraft(proposal_lib.Stateless):
   def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
               cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
     """A chain of cfg.gamma retrieved tokens, or the trie of cfg.tree's node count."""
-    del encoded, keys, sampling, active
+    del keys, sampling, active
     depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
-    cont, valid = self.retrieve(params, seq.astype(jnp.int32), pos, depth)
-    weight = jnp.ones(cont.shape[:2], jnp.float32)
+    cont, valid, weight = self.continuations(params, encoded, seq, pos, depth)
     return trie.propose(cont, valid, weight, cfg, self.eos_id, self.vocab_size, state)
+
+  def continuations(self, params, encoded, seq: jax.Array, pos: jax.Array, depth: int):
+    """`retrieve`'s continuations, each of weight 1: tokens [B, R, D], valid [B, R, D],
+    weight [B, R] (the interface `specjax.proposers.trie.Mixture` reads)."""
+    del encoded
+    cont, valid = self.retrieve(params, seq.astype(jnp.int32), pos, depth)
+    return cont, valid, jnp.ones(cont.shape[:2], jnp.float32)
 
 
 def from_arrays(tokens: np.ndarray, suffixes: np.ndarray, max_query: int, target,

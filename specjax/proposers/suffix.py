@@ -116,10 +116,15 @@ class SuffixDraft(proposal_lib.Stateless):
     valid = jnp.cumsum(~valid, axis=-1) == 0  # closed under prefixes
     return cont, valid, matched.astype(jnp.float32)
 
+  def continuations(self, params, encoded, seq: jax.Array, pos: jax.Array, depth: int):
+    """`retrieve` (the interface `specjax.proposers.trie.Mixture` reads)."""
+    del params
+    return self.retrieve(encoded, seq, pos, depth)
+
   def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
               cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
     """A chain of cfg.gamma tokens, or the trie of cfg.tree's node count."""
-    del params, keys, sampling, active
+    del keys, sampling, active
     depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
-    cont, valid, weight = self.retrieve(encoded, seq, pos, depth)
+    cont, valid, weight = self.continuations(params, encoded, seq, pos, depth)
     return trie.propose(cont, valid, weight, cfg, self.eos_id, self.vocab_size, state)

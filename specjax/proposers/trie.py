@@ -16,13 +16,15 @@ candidates, V vocab.
 """
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 
 from specjax.core import proposal as proposal_lib
 from specjax.core import tree as tree_lib
+from specjax.core.state import LoopConfig
 
 
 def prefixes(tokens: jax.Array, valid: jax.Array) -> jax.Array:
@@ -132,3 +134,62 @@ def propose(tokens: jax.Array, valid: jax.Array, weight: jax.Array, cfg, fallbac
     tokens, valid = jnp.pad(tokens, pad), jnp.pad(valid, pad)
   return tree(tokens[:, :, :depth], valid[:, :, :depth], weight, cfg.tree.nodes, fallback,
               vocab_size, greedy, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mixture(proposal_lib.Stateless):
+  """One trie of the continuations several retrieval proposers find (`--draft rest+suffix`:
+  the datastore's and the row's own text's), each proposer's weights scaled to sum to 1
+  per row, so that neither outweighs the other by retrieving more.
+
+  Params and encoding {'0': the first's, '1': the second's, ...}.
+
+  Attributes:
+    parts: proposers with `continuations(params, encoded, seq, pos, depth)` -> (tokens
+      [B, R, D], valid [B, R, D], weight [B, R]): `specjax.proposers.rest.RestDraft`,
+      `specjax.proposers.suffix.SuffixDraft`.
+  """
+
+  parts: Tuple[Any, ...]
+
+  @property
+  def vocab_size(self) -> int:
+    return self.parts[0].vocab_size
+
+  @property
+  def eos_id(self) -> int:
+    return self.parts[0].eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.parts[0].pad_id
+
+  def _each(self, method: str, *args) -> dict:
+    return {str(i): getattr(p, method)(*args) for i, p in enumerate(self.parts)}
+
+  def init(self, rng: jax.Array) -> dict:
+    return self._each('init', rng)
+
+  def param_axes(self) -> dict:
+    return self._each('param_axes')
+
+  def encode(self, params, inputs: jax.Array) -> dict:
+    return {str(i): p.encode(params[str(i)], inputs) for i, p in enumerate(self.parts)}
+
+  def encoded_axes(self) -> dict:
+    return self._each('encoded_axes')
+
+  def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
+              cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
+    """A chain of cfg.gamma tokens, or the trie of cfg.tree's node count, of every part's
+    continuations."""
+    del keys, sampling, active
+    depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
+    found = [p.continuations(params[str(i)], encoded[str(i)], seq, pos, depth)
+             for i, p in enumerate(self.parts)]
+    scaled = [w / jnp.maximum(jnp.sum(w * v[..., 0], axis=1, keepdims=True), 1e-9)
+              for _, v, w in found]
+    cont = jnp.concatenate([c for c, _, _ in found], axis=1)
+    valid = jnp.concatenate([v for _, v, _ in found], axis=1)
+    return propose(cont, valid, jnp.concatenate(scaled, axis=1), cfg, self.eos_id,
+                   self.vocab_size, state)

@@ -1,0 +1,158 @@
+"""Tokens per target call and draft cost of the drafts that need no draft model (REST from
+the bundled datastores, suffix decoding) and of cascades, beside the draft model, copy, the
+bigram table and the EAGLE head, on the bundled tasks' first test lines (EnDe, man pages,
+and the decoder-only pair's man-page continuation), greedy and sampled.
+
+    python scripts/retrieval_drafts.py --json docs/retrieval_drafts.json --markdown docs/benchmarks.md
+
+Tokens per target call is hardware-free (decodes compiled at XLA's lowest optimisation
+level, as scripts/tree_tokens_per_call.py's sweep does). The draft cost is timed on this
+CPU with XLA's optimisations on: the seconds of one proposal of a chain of 4 tokens over
+the seconds of one target step (batch 8, the cache's middle, the fastest of --rounds),
+reported as c = that / 4, the paper's per-token cost; a greedy row says whether its output
+is the target alone's. With --markdown the section "## Drafts with no draft model: REST,
+suffix, cascades" of that file is written (replaced where it is already there).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import proposer_trees  # pylint: disable=wrong-import-position
+import tree_tokens_per_call as sweep  # pylint: disable=wrong-import-position  # sets XLA flags
+
+import jax  # pylint: disable=wrong-import-position
+import jax.numpy as jnp  # pylint: disable=wrong-import-position
+
+from specjax.core.model_proposer import as_proposer  # pylint: disable=wrong-import-position
+from specjax.core.proposal import draft_view  # pylint: disable=wrong-import-position
+from specjax.core.sampling import SamplingConfig, SamplingParams  # pylint: disable=wrong-import-position
+from specjax.core.state import LoopConfig  # pylint: disable=wrong-import-position
+from specjax.core.steps import Bound  # pylint: disable=wrong-import-position
+from specjax.job import drafts  # pylint: disable=wrong-import-position
+from specjax.speed import timing  # pylint: disable=wrong-import-position
+
+SECTION = '## Drafts with no draft model: REST, suffix, cascades'
+CHAINS = ['chain 2', 'chain 4', 'chain 6']
+TRIES = ['dynamic:16:6:4', 'dynamic:32:8:4']
+GAMMA = 4  # the chain whose proposal is timed
+
+
+def settings(task: str) -> dict:
+  """spec -> the chains and trees decoded; 'model' is the task's draft model."""
+  model = sweep.TASKS[task] + 'draft'
+  return {'model': CHAINS + ['dynamic:16:6:4'], 'copy': CHAINS + ['3,1,1,1'],
+          'bigram': CHAINS + ['dynamic:16:6:4'], 'eagle': CHAINS + ['dynamic:16:6:4'],
+          'rest': CHAINS + TRIES, 'suffix': CHAINS + TRIES,
+          f'cascade:{model}/bigram': CHAINS, f'cascade:{model}/suffix': CHAINS,
+          f'cascade:{model}:2,rest': ['chain 4', 'chain 6']}
+
+
+def parse_args(argv=None):
+  p = proposer_trees.parser(__doc__, SECTION)
+  p.set_defaults(tasks='ende,manpages,manlm')
+  p.add_argument('--rounds', type=int, default=3, help='timing rounds of the cost')
+  return p.parse_args(argv)
+
+
+_GREEDY = SamplingParams.of(SamplingConfig(), 1)
+
+
+@functools.partial(jax.jit, static_argnames=('draft', 'batch', 'gamma', 'cache_len'))
+def _repeat_proposals(draft, params, encoded, repeats, batch, gamma, cache_len):
+  """`repeats` greedy proposals of a chain of `gamma` near the cache's middle."""
+  bound = Bound(draft, params, encoded)
+  cfg = LoopConfig(gamma=gamma, max_decode_len=1)
+  rows = jax.tree.map(lambda a: jnp.broadcast_to(a, (batch,)), _GREEDY)
+
+  def body(i, carry):
+    cache, total = carry
+    shift = (i % 2).astype(jnp.int32)
+    seq = jnp.full((batch, cache_len), 3, jnp.int32) + shift
+    pos = jnp.full((batch,), cache_len // 2, jnp.int32) + shift
+    d = bound.propose(cache, seq, pos, None, rows, cfg)
+    return d.state, total + d.tokens[0, 0].astype(jnp.float32)
+
+  init = (draft.init_cache(batch, cache_len), jnp.zeros((), jnp.float32))
+  return jax.lax.fori_loop(0, repeats, body, init)[1]
+
+
+def proposal_cost(target, tp, draft, dp, inputs, rounds: int) -> float:
+  """Seconds of one proposal of GAMMA tokens over one target step (batch of inputs)."""
+  draft = as_proposer(draft)
+  params, encoded = draft_view(draft, tp, dp, target.encode(tp, inputs),
+                               draft.encode(dp, inputs))
+  step = min(timing.call_seconds(target, tp, inputs, 1) for _ in range(rounds))
+  run = lambda n: _repeat_proposals(draft, params, encoded, n, inputs.shape[0], GAMMA,
+                                    timing.CACHE_LEN)
+  spent = min(timing.per_repeat_seconds(run, 32, 5) for _ in range(rounds))
+  return spent / step
+
+
+def run_task(task: str, args) -> tuple:
+  target, tp, draft, dp, inputs = sweep.load_task(task, args.num_examples)
+  name = sweep.TASKS[task] + 'target'
+  load = lambda _: (draft, dp)
+  proposers = {}
+  for spec, labels in settings(task).items():
+    d, p = (draft, dp) if spec == 'model' else drafts.resolve_draft(spec, target, name, load)
+    proposers[spec] = (d, p, labels)
+  rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
+  jax.config.update('jax_disable_most_optimizations', False)  # timed as a user runs it
+  costs = {}
+  for spec, (d, p, _) in proposers.items():
+    start = time.perf_counter()
+    costs[spec] = proposal_cost(target, tp, d, p, inputs[:args.batch_size], args.rounds) / GAMMA
+    print(f'{task} {spec}: c {costs[spec]:.3f} ({time.perf_counter() - start:.0f} s)',
+          file=sys.stderr, flush=True)
+  jax.config.update('jax_disable_most_optimizations', True)
+  return rows, {'c': costs}
+
+
+def markdown(rows: list, tasks: dict, command: str) -> str:
+  lines = [SECTION, '', f'`{command}`', '',
+           'Tokens per target call (hardware-free) of the best chain (gamma 2, 4, 6) and the '
+           'best tree of each draft on the first test lines of each task (batch 8, refilled; '
+           'sampled rows pooled over two seeds), and c, the draft\'s cost per drafted token '
+           'in target steps on this CPU (one proposal of a chain of 4 over 4 target steps, '
+           'batch 8). `rest` retrieves from the datastore bundled with the task (its train '
+           'targets; the trees are tries of 16 and 32 nodes); `suffix` from the row\'s own '
+           'input and output; `cascade:D/X` is the draft model D\'s chain drafted by X and '
+           'verified by D (vertical), `cascade:D:2,X` D\'s first 2 drafts then X\'s '
+           '(horizontal). Every greedy row was identical to the target alone '
+           '(`identical_to_target` in the JSON).', '',
+           '| task | T | draft | c | best chain | tok/call | best tree | tok/call |',
+           '|---|---|---|---|---|---|---|---|']
+  for task, temperature, kind, chain, best_tree in _groups(rows):
+    c = tasks.get(task, {}).get('c', {}).get(kind)
+    tree_cells = ('-', '-') if best_tree is None else (best_tree['shape'],
+                                                        f'{best_tree["tokens_per_call"]:.2f}')
+    lines.append(f'| {task} | {temperature:g} | {kind} | '
+                 f'{"-" if c is None else format(c, ".3f")} | {chain["shape"]} | '
+                 f'{chain["tokens_per_call"]:.2f} | {tree_cells[0]} | {tree_cells[1]} |')
+  return '\n'.join(lines) + '\n'
+
+
+def _groups(rows: list):
+  keys = list(dict.fromkeys((r['task'], r['temperature'], r['proposer']) for r in rows))
+  for key in keys:
+    mine = [r for r in rows if (r['task'], r['temperature'], r['proposer']) == key]
+    chains = [r for r in mine if r['shape'].startswith('chain')]
+    trees = [r for r in mine if not r['shape'].startswith('chain')]
+    best = lambda group: max(group, key=lambda r: r['tokens_per_call']) if group else None
+    yield (*key, best(chains), best(trees))
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  rows, tasks = proposer_trees.collect(args, run_task)
+  command = ('python scripts/retrieval_drafts.py --json docs/retrieval_drafts.json '
+             '--markdown docs/benchmarks.md')
+  return proposer_trees.finish(args, rows, tasks, SECTION, markdown(rows, tasks, command))
+
+
+if __name__ == '__main__':
+  sys.exit(main())
