@@ -36,7 +36,7 @@ LAYERS = (
     ('decode', 'evaluate', 'plan', 'train_draft', '__init__'),
 )
 # Top-level modules that belong to another part.
-PART_OF = {'plan_sections': 'plan', 'plan_config': 'plan'}
+PART_OF = {'plan_sections': 'plan', 'plan_config': 'plan', 'compile_cache': 'job'}
 LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 
 

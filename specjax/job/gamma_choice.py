@@ -30,13 +30,18 @@ CACHE_ENV = 'SPECJAX_CACHE_DIR'
 CACHE_NAME = 'gamma_auto.json'
 
 
-def cache_file() -> str:
-  """$SPECJAX_CACHE_DIR/gamma_auto.json, else under $XDG_CACHE_HOME/specjax or
-  ~/.cache/specjax."""
-  folder = os.environ.get(CACHE_ENV) or os.path.join(
+def cache_dir() -> str:
+  """The user's specjax cache folder: $SPECJAX_CACHE_DIR, else $XDG_CACHE_HOME/specjax or
+  ~/.cache/specjax (it holds this cache and the compile cache, `specjax.compile_cache`)."""
+  return os.environ.get(CACHE_ENV) or os.path.join(
       os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache'),
       'specjax')
-  return os.path.join(folder, CACHE_NAME)
+
+
+def cache_file() -> str:
+  """$SPECJAX_CACHE_DIR/gamma_auto.json, else under $XDG_CACHE_HOME/specjax or
+  ~/.cache/specjax (`cache_dir`)."""
+  return os.path.join(cache_dir(), CACHE_NAME)
 
 
 def setting_key(fingerprint: dict, job) -> str:
