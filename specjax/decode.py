@@ -35,6 +35,7 @@ import json  # pylint: disable=wrong-import-position
 import jax  # pylint: disable=wrong-import-position
 from tqdm import tqdm
 
+from specjax import compile_cache
 from specjax.parallel import mesh as mesh_lib
 from specjax.job import task_data
 from specjax import flags
@@ -138,6 +139,13 @@ def main(argv=None) -> int:
     interrupt.error_line(f'error: {" ".join(str(e).split())}')
     return 2
   job = config.replace(progress=not config.quiet and primary)
+  # Before anything compiles: the programs of an earlier run are loaded, not compiled.
+  with compile_cache.for_command(job.compile_cache, job.use_compile_cache):
+    return _decode(job, primary)
+
+
+def _decode(job: DecodeConfig, primary: bool) -> int:
+  """main's decode of `job` (`primary`: this process writes and prints): its exit code."""
   output = None
   try:
     output = open_output(job.output) if primary else None

@@ -16,7 +16,7 @@ if __name__ == '__main__':  # before the imports below, which take seconds
 import argparse  # pylint: disable=wrong-import-position
 import json  # pylint: disable=wrong-import-position
 
-from specjax import flags  # pylint: disable=wrong-import-position
+from specjax import compile_cache, flags  # pylint: disable=wrong-import-position
 from specjax.job.config import DecodeConfig  # pylint: disable=wrong-import-position
 from specjax.job.task_eval import evaluate  # pylint: disable=wrong-import-position
 
@@ -27,7 +27,7 @@ _STATS = ('alpha', 'tokens_per_call', 'target_calls', 'tokens', 'seconds',
 # The decode config's fields evaluate reads; its other fields keep their defaults.
 FIELDS = ('task', 'split', 'max_examples', 'target', 'draft', 'target_checkpoint',
           'draft_checkpoint', 'vocab', 'gamma', 'temperature', 'top_k', 'top_p', 'seed',
-          'batch_size', 'dtype', 'json')
+          'batch_size', 'dtype', 'compile_cache', 'use_compile_cache', 'json')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -54,7 +54,8 @@ def _print(r: dict) -> None:
 def main(argv=None) -> int:
   job = flags.from_args(DecodeConfig, parse_args(argv))
   try:
-    result = evaluate(job, job.max_examples)
+    with compile_cache.for_command(job.compile_cache, job.use_compile_cache):
+      result = evaluate(job, job.max_examples)
   except (ValueError, FileNotFoundError, OSError) as e:
     interrupt.error_line(f'error: {" ".join(str(e).split())}')
     return 2
