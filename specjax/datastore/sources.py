@@ -38,7 +38,9 @@ class Task:
     name: the task's name (`--task`).
     target: the bundled target that decodes it (its vocabulary is the datastore's).
     data: the corpus folder its build script writes by default.
-    script: the script that builds the corpus (and its arguments, --out aside).
+    script: the script that builds the corpus.
+    script_args: what else to pass it besides --out (to leave the bundled assets as
+      they are).
     what: what the documents are, for the datastore's meta.
     read: (split, folder) -> the documents' texts.
   """
@@ -47,18 +49,20 @@ class Task:
   target: str
   data: str
   script: str
+  script_args: str
   what: str
   read: Callable[[str, str], List[str]]
 
 
 TASKS = {t.name: t for t in (
     Task('specjax_demo_ende', 'demo_target', 'data/demo', 'scripts/build_demo_corpus.py',
-         'targets (the German side)', lambda s, d: [de for _, de in corpus.load_pairs(s, d)]),
+         "--samples ''", 'targets (the German side)',
+         lambda s, d: [de for _, de in corpus.load_pairs(s, d)]),
     Task('specjax_demo_manpages', 'manpages_target', 'data/manpages',
-         "scripts/build_manpage_corpus.py --assets ''", 'targets (the NAME-line summaries)',
+         'scripts/build_manpage_corpus.py', "--assets ''", 'targets (the NAME-line summaries)',
          lambda s, d: [t for _, t in manpages.load_pairs(s, d)]),
-    Task('manlm', 'manlm_target', 'data/manpages', "scripts/build_manpage_corpus.py --assets ''",
-         'texts (whole, as the decoder-only model writes them)',
+    Task('manlm', 'manlm_target', 'data/manpages', 'scripts/build_manpage_corpus.py',
+         "--assets ''", 'texts (whole, as the decoder-only model writes them)',
          lambda s, d: continuation.read_texts(os.path.join(d, f'{s}.jsonl'))),
 )}
 
@@ -173,16 +177,17 @@ def read_task(name: str, split: str = 'train', data: Optional[str] = None) -> Te
   task = TASKS[name]
   data = data or task.data
   path = os.path.join(data, f'{split}.jsonl')
+  command = f'python {task.script} --out {data} {task.script_args}'
   if not os.path.isfile(path):
-    raise ValueError(f'{path} not found; build the corpus with python {task.script} --out '
-                     f'{data} (or pass --data DIR)')
+    raise ValueError(f'{path} not found; build the corpus with {command} (or pass --data '
+                     'DIR)')
   try:
     texts = [t.strip() for t in task.read(split, data)]
   except (ValueError, KeyError, TypeError, OSError) as e:
     reason = ' '.join(str(e).split())
     raise ValueError(f'cannot read {path} ({type(e).__name__}: {reason}); rebuild it with '
-                     f'python {task.script} --out {data}') from None
+                     f'{command}') from None
   texts = [t for t in texts if t]
   if not texts:
-    raise ValueError(f'no text in {path}; rebuild it with python {task.script} --out {data}')
-  return Texts(texts, f'{name} {split} {task.what}, {path}')
+    raise ValueError(f'no text in {path}; rebuild it with {command}')
+  return Texts(texts, f'{name} {split} {task.what} of {path} ({task.script})')
