@@ -14,7 +14,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from specjax.demo import corpus
+from specjax.demo import corpus, datastore_card
 from specjax.models.t5_config import demo_draft, demo_target
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -219,7 +219,8 @@ def write_card(args, r) -> str:
       "Load with `checkpoints.load_model(None, 'specjax/assets/demo/target')` (and `draft`), "
       "vocabulary `checkpoints.load_vocab('specjax/assets/demo/spm.model')`. Toy models: "
       'they translate short software messages, nothing else.',
-      '']
+      '',
+      *datastore_card.section(args.assets)]
   path = os.path.join(args.assets, 'MODEL_CARD.md')
   with open(path, 'w') as f:
     f.write('\n'.join(lines))
