@@ -189,6 +189,14 @@ def wants_hidden(draft) -> bool:
   return bool(getattr(draft, 'wants_hidden', False))
 
 
+def wants_scores(draft) -> bool:
+  """Whether `draft` learns from the target's verdict on every node it proposed (lookahead
+  decoding's Jacobi window; its `wants_scores` attribute): `accepted` then gets
+  target_tokens [B, M], the target's argmax after each tree slot (slot 0 the root, slot
+  i + 1 node i), accepted or not."""
+  return bool(getattr(draft, 'wants_scores', False))
+
+
 def max_depth(draft) -> Optional[int]:
   """The most tokens below the root `draft` can propose (Medusa heads: as many as they are;
   its `max_depth` attribute), or None for no bound."""

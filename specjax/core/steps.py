@@ -50,14 +50,16 @@ class Bound(NamedTuple):
                               active)
 
   def accepted(self, state, proposal, path: jax.Array, n: jax.Array, pos: jax.Array,
-               hidden: Optional[jax.Array] = None):
+               hidden: Optional[jax.Array] = None, target_tokens: Optional[jax.Array] = None):
     """A proposer's `accepted`: its state once path [B, D] (n [B] nodes) was kept; a
     proposer that reads the target's hidden states (`proposal.wants_hidden`) also gets
     hidden [B, D+1, H], the target's at the root and each kept node (index n[b] the
-    last kept)."""
-    if hidden is None:
-      return self.model.accepted(state, proposal, path, n, pos)
-    return self.model.accepted(state, proposal, path, n, pos, hidden=hidden)
+    last kept); one that learns from the target's verdicts (`proposal.wants_scores`)
+    target_tokens [B, M], the target's argmax after every tree slot."""
+    kw = {} if hidden is None else {'hidden': hidden}
+    if target_tokens is not None:
+      kw['target_tokens'] = target_tokens
+    return self.model.accepted(state, proposal, path, n, pos, **kw)
 
 
 def pick(logits: jax.Array, keys: Optional[jax.Array], params: SamplingParams,
@@ -265,12 +267,13 @@ def propose(draft: Bound, state: DecodeState, keys, cfg: LoopConfig):
 
 
 def accepted(draft: Bound, state: DecodeState, proposal, path: jax.Array, n: jax.Array,
-             hidden: Optional[jax.Array] = None):
+             hidden: Optional[jax.Array] = None, target_tokens: Optional[jax.Array] = None):
   """The draft's state once the target kept path [B, D] (n [B] nodes) below the roots at
   state.pos: `Bound.accepted`, or none for a draft in the target's cache."""
   if shares_cache(draft.model):
     return state.draft_cache
-  return draft.accepted(proposal.state, proposal, path, n, state.pos, hidden=hidden)
+  return draft.accepted(proposal.state, proposal, path, n, state.pos, hidden=hidden,
+                        target_tokens=target_tokens)
 
 
 def speculative_step(target: Bound, draft: Bound, cfg: LoopConfig,

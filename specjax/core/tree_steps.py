@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from specjax.core import sampling, tree, tree_accept, tree_draft
-from specjax.core.proposal import Proposal, wants_hidden
+from specjax.core.proposal import Proposal, wants_hidden, wants_scores
 from specjax.core.state import (DecodeState, LoopConfig, commit, count_call, gather_rows,
                                 split_keys)
 from specjax.core.steps import Bound, accepted, nonfinite, propose
@@ -64,7 +64,8 @@ def tree_step(target: Bound, draft: Bound, cfg: LoopConfig,
     kept = jnp.concatenate([jnp.zeros_like(result.path[:, :1]),
                             jnp.maximum(result.path, -1) + 1], axis=1)  # [B, D+1]
     hidden = jnp.take_along_axis(hidden, kept[:, :, None], axis=1)  # [B, D+1, H]
-  draft_cache = accepted(draft, state, proposal, result.path, result.n, hidden)
+  verdicts = sampling.argmax(logits) if wants_scores(draft.model) else None  # [B, M]
+  draft_cache = accepted(draft, state, proposal, result.path, result.n, hidden, verdicts)
   block = tree_accept.accepted_tokens(proposal.tokens, result.path, result.y,
                                       result.n)  # [B, D+1]
   seq, pos, length, done, active = commit(state, block, result.n + 1, cfg)

@@ -57,7 +57,9 @@ class DecodeConfig:
                     'the row\'s own earlier text (its output and input); rest+suffix: one '
                     'trie of both\'s continuations; rest and suffix '
                     'verify a chain or the trie of what they retrieve (--tree-nodes N '
-                    '--tree-depth D); cascade:NAME/CHEAP[/K]: the draft model NAME\'s '
+                    '--tree-depth D); lookahead:W,N,G: lookahead decoding, the target\'s own '
+                    'Jacobi window of W guesses and G of its n-grams of N tokens verified '
+                    'as one tree (lookahead: 5,3,4); cascade:NAME/CHEAP[/K]: the draft model NAME\'s '
                     'chain drafted K (3) tokens at a time by CHEAP (bigram, copy, suffix, '
                     'rest) and verified by NAME; cascade:NAME:K,CHEAP: NAME\'s first K '
                     'drafts, then CHEAP\'s (chains)')
@@ -212,6 +214,9 @@ class DecodeConfig:
     """
     if self.tree is not None:
       return TreeShape.parse(self.tree)
+    if self.tree_nodes is None and drafts.is_lookahead(self.draft):
+      window, ngram, guesses = drafts.parse_lookahead(self.draft)
+      return drafts.LookaheadDraft(1, window, ngram, guesses).tree_spec()
     if self.tree_nodes is None:
       return None
     for name in ('tree_nodes', 'tree_depth', 'tree_top'):
@@ -247,6 +252,15 @@ class DecodeConfig:
         raise ValueError(f'--{name.replace("_", "-")} must be >= 1, got {getattr(self, name)}')
     if self.max_examples is not None and self.max_examples < 1:
       raise ValueError(f'--max-examples must be >= 1, got {self.max_examples}')
+    if drafts.is_lookahead(self.draft):
+      drafts.parse_lookahead(self.draft)
+      given = [f for f, v in (('--tree', self.tree), ('--tree-nodes', self.tree_nodes),
+                              ('--tree-depth', self.tree_depth)) if v is not None]
+      if given or self.gamma != AUTO or self.draft_threshold > 0:
+        flags = given + (['--gamma'] if self.gamma != AUTO else []) + (
+            ['--draft-threshold'] if self.draft_threshold > 0 else [])
+        raise ValueError(f'--draft {self.draft} verifies its window and n-grams as one tree '
+                         f'of its own shape: drop {" and ".join(flags)}')
     self._check_tree()
     if self.gamma != AUTO and (not isinstance(self.gamma, int) or isinstance(self.gamma, bool)
                                or self.gamma < 1):

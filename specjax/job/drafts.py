@@ -18,6 +18,9 @@
 - `suffix`: continuations of the row's own earlier text (`specjax.proposers.suffix`);
 - `rest+suffix` (or `rest:DIR+suffix`): one trie of both's continuations
   (`specjax.proposers.trie.Mixture`);
+- `lookahead` or `lookahead:W,N,G`: lookahead decoding, the target's own Jacobi window of W
+  guesses and G n-grams of N tokens from its pool, verified as one tree
+  (`specjax.proposers.lookahead`);
 - `cascade:NAME/CHEAP` (or `cascade:NAME/CHEAP/K`): the draft model NAME's chain, itself
   drafted K (default 3) tokens at a time by CHEAP (bigram, copy, suffix, rest, rest:DIR)
   and verified by NAME (a vertical cascade, `specjax.proposers.cascade`);
@@ -36,6 +39,7 @@ from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
+from specjax.proposers.lookahead import LookaheadDraft
 from specjax.core.model_proposer import as_proposer
 from specjax.proposers import rest as rest_lib
 from specjax.proposers.cascade import HorizontalCascade, VerticalCascade
@@ -59,6 +63,44 @@ EAGLE = 'eagle'
 REST, SUFFIX = 'rest', 'suffix'
 PLUS_SUFFIX = '+suffix'  # rest[:DIR]+suffix: one trie of both's continuations
 CASCADE = 'cascade:'
+LOOKAHEAD = 'lookahead'
+# lookahead's W, N and G: their defaults and bounds.
+LOOKAHEAD_DEFAULT = (5, 3, 4)
+LOOKAHEAD_BOUNDS = {'W': (1, 32), 'N': (2, 8), 'G': (1, 32)}
+
+
+def is_lookahead(spec: str) -> bool:
+  """Whether `spec` is 'lookahead' or 'lookahead:W,N,G'."""
+  return spec == LOOKAHEAD or spec.startswith(LOOKAHEAD + ':')
+
+
+def parse_lookahead(spec: str) -> Tuple[int, int, int]:
+  """(W, N, G) of 'lookahead' (the defaults) or 'lookahead:W,N,G'.
+
+  Raises:
+    ValueError: another form, or a value out of its range (one line naming them).
+  """
+  if spec == LOOKAHEAD:
+    return LOOKAHEAD_DEFAULT
+  ranges = ', '.join(f'{k} in {a}..{b}' for k, (a, b) in LOOKAHEAD_BOUNDS.items())
+  form = (f'--draft {spec}: lookahead takes lookahead:W,N,G (window, n-gram size, '
+          f'guesses), e.g. lookahead:5,3,4, with {ranges}')
+  try:
+    values = tuple(int(v) for v in spec[len(LOOKAHEAD) + 1:].split(','))
+  except ValueError:
+    raise ValueError(form) from None
+  if len(values) != 3 or any(not a <= v <= b for v, (a, b) in
+                             zip(values, LOOKAHEAD_BOUNDS.values())):
+    raise ValueError(form)
+  return values
+
+
+def lookahead(spec: str, target) -> LookaheadDraft:
+  """The LookaheadDraft of a spec for `target` (an encoder-decoder's input seeds its pool)."""
+  window, ngram, guesses = parse_lookahead(spec)
+  return LookaheadDraft(target.vocab_size, window, ngram, guesses,
+                        source=bool(target.encoded_axes()), eos_id=target.eos_id,
+                        pad_id=target.pad_id)
 # The proposers a cascade's cheaper part may be: they read only the sequence.
 CHEAP = "bigram, copy, suffix, rest or rest:DIR"
 
@@ -130,7 +172,7 @@ def is_builtin(spec: str) -> bool:
   """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME,
   layerskip:M, medusa:PATH, eagle:PATH, rest[:DIR], suffix)."""
   return (spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP, CASCADE))
-          or trained_kind(spec) is not None or is_retrieval(spec))
+          or trained_kind(spec) is not None or is_retrieval(spec) or is_lookahead(spec))
 
 
 def datastore_path(spec: str, target_name: str) -> str:
@@ -274,6 +316,8 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
     return copy_draft(target), {}
   if is_retrieval(spec):
     return retrieval(spec, target, target_name, vocab)
+  if is_lookahead(spec):
+    return lookahead(spec, target), {}
   if spec == BIGRAM:
     path = table or DEFAULT_BIGRAMS.get(target_name)
     if path is None:

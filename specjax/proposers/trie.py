@@ -54,6 +54,13 @@ def tree(tokens: jax.Array, valid: jax.Array, weight: jax.Array, nodes: int,
   Where the trie has fewer than N nodes, the rest are children of the root holding
   `fallback` (they follow the real nodes, so a sibling of theirs is tried first).
   """
+  return tree_and_nodes(tokens, valid, weight, nodes, fallback, vocab_size, greedy, state)[0]
+
+
+def tree_and_nodes(tokens: jax.Array, valid: jax.Array, weight: jax.Array, nodes: int,
+                   fallback: int, vocab_size: int, greedy: bool, state: Any):
+  """`tree`, and the node of each continuation's prefix: [B, C, D] int32 (the node
+  index of continuation c's first d + 1 tokens, -1 where that prefix is not verified)."""
   batch, count, depth = tokens.shape
   pool = count * depth
   score, canonical, first = weights(tokens, valid, weight)
@@ -80,10 +87,14 @@ def tree(tokens: jax.Array, valid: jax.Array, weight: jax.Array, nodes: int,
       inverse, jnp.maximum(parent_p, 0), 1), -1).astype(jnp.int32)
   node_depth = jnp.where(real, cand_d + 1, 1).astype(jnp.int32)
   q = None if greedy else jax.nn.one_hot(node_tokens, vocab_size, dtype=jnp.float32)
+  node_of = jnp.take_along_axis(inverse, flat(first) + (jnp.arange(pool) // count *
+                                                        count)[None], 1)  # [B, P]
+  node_of = jnp.where(flat(valid), node_of, -1).reshape(batch, depth, count)
   return proposal_lib.Proposal(
       tokens=node_tokens.astype(jnp.int32), parents=parents, depth=node_depth,
       visible=tree_lib.ancestors(parents), q=q, state=state,
-      nonfinite=jnp.zeros((batch,), bool), drafted=jnp.full((batch,), nodes, jnp.int32))
+      nonfinite=jnp.zeros((batch,), bool), drafted=jnp.full((batch,), nodes, jnp.int32)
+  ), jnp.swapaxes(node_of, 1, 2)
 
 
 def chain(tokens: jax.Array, valid: jax.Array, weight: jax.Array, gamma: int,

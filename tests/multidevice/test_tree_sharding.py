@@ -24,6 +24,7 @@ from specjax.proposers.bigram import BigramDraft, table_from_counts
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.eagle import EagleHead
 from specjax.proposers.layer_skip import LayerSkip, exit_params
+from specjax.proposers.lookahead import LookaheadDraft
 from specjax.proposers.medusa import MedusaHeads
 from specjax.proposers.suffix import SuffixDraft
 
@@ -69,7 +70,7 @@ def test_tree_decode_on_a_mesh_with_refill_equals_unsharded(pair_and_inputs, ref
 
 
 @pytest.mark.parametrize('kind', ['copy', 'bigram', 'layerskip', 'layerskip+exit', 'medusa',
-                                  'eagle', 'rest', 'suffix'])
+                                  'eagle', 'rest', 'suffix', 'lookahead'])
 def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_and_inputs,
                                                                           kind):
   """Sampled with refill on a 2x4 mesh: the copy's static tree of earlier matches, the
@@ -79,7 +80,8 @@ def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_a
   (the target's hidden states, sharded, are what they read), an EAGLE head's tree (its
   own cache and feature buffer, sharded like a cache), the tries of REST's retrievals (its
   datastore, replicated: the target's own outputs here) and of the suffix draft's earlier
-  matches; greedy rows of the same run stay the target's."""
+  matches, and lookahead's window and n-grams (its state sharded by rows); greedy rows of
+  the same run stay the target's."""
   target, tp, _, _, inputs = pair_and_inputs
   vocab = target.vocab_size
   if kind == 'copy':
@@ -101,6 +103,9 @@ def test_trees_of_the_copy_and_bigram_proposers_on_a_mesh_equal_unsharded(pair_a
     built = store.build(documents, vocab, 'tiny', max_query=4)
     draft, dp = rest.from_arrays(built.tokens, built.suffixes, built.max_query, target)
     shape = DynamicTree(6, 3, 2)
+  elif kind == 'lookahead':  # its window and n-gram pool: per-row state, sharded by rows
+    draft, dp = LookaheadDraft(vocab, 3, 2, 2, eos_id=target.eos_id), {}
+    shape = draft.tree_spec()
   elif kind == 'suffix':
     draft, dp = SuffixDraft(vocab, eos_id=target.eos_id, pad_id=target.pad_id), {}
     shape = DynamicTree(6, 3, 2)

@@ -1,0 +1,148 @@
+"""Lookahead decoding (`--draft lookahead:W,N,G`): the Jacobi step of the window and the
+n-gram pool (hand-checked), the window always verified, a refilled row starting afresh;
+greedy identical to the target alone on both bundled encoder-decoder tasks and the
+decoder-only pair with refill; sampled, the target's distribution (chi-square of the first
+three tokens, and a broken tree rule that the same test rejects); bad W, N, G and flags in
+one line before any model loads."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specjax
+from specjax import checkpoints, decode
+from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, MANLM_ASSETS, bundled
+from specjax.core import tree_accept
+from specjax.core.sampling import SamplingConfig
+from specjax.core.state import LoopConfig
+from specjax.job import decode_job, drafts
+from specjax.job.inputs import tokenize
+from specjax.models.markov import MarkovModel
+from specjax.proposers.lookahead import LookaheadDraft
+from stats_util import chi_square_pvalue, enumerate_markov
+from test_tree_decode import _test_lines
+
+T1 = SamplingConfig(temperature=1.0)
+T07 = SamplingConfig(temperature=0.7, top_k=3, top_p=0.9)
+
+
+def test_the_window_takes_a_jacobi_step_past_the_committed_tokens_and_feeds_the_pool():
+  draft = LookaheadDraft(10, window=3, ngram=2, guesses=1, pool=4, source=False)
+  state = draft.init_cache(1, 16)
+  state = {**state, 'nodes': jnp.array([[0, 1, 2]])}  # g_1 .. g_3 are nodes 0, 1, 2
+  # The target's argmax after the root (7), after g_1 (8), g_2 (9), g_3 and the n-gram node.
+  verdicts = jnp.array([[7, 8, 9, 6, 5]])
+  new = draft.accepted(state, None, None, jnp.array([0]), jnp.array([4]),
+                       target_tokens=verdicts)
+  # h = 7 8 9; one token committed (7): the window moves by one, its last guess repeated.
+  assert new['window'].tolist() == [[8, 9, 9]]
+  assert new['pool'][0, :2].tolist() == [[7, 8], [8, 9]] and int(new['next'][0]) == 2
+  assert int(new['root'][0]) == 4
+
+
+def test_the_window_is_always_verified_and_pool_n_grams_after_the_root_join_it():
+  draft = LookaheadDraft(10, window=2, ngram=3, guesses=2, pool=4, source=False)
+  cfg = LoopConfig(gamma=2, max_decode_len=8, tree=draft.tree_spec())
+  state = draft.init_cache(1, 16)
+  # A row at position 3 (root token 5) whose last call's root was 2; its pool holds
+  # 5 6 7 and 4 1 2; its window guesses 6 3.
+  state.update(window=jnp.array([[6, 3]]), root=jnp.array([2]), next=jnp.array([2]),
+               pool=state['pool'].at[0, :2].set(jnp.array([[5, 6, 7], [4, 1, 2]])))
+  seq = jnp.array([[0, 2, 9, 5, 0, 0, 0, 0]])
+  p = draft.propose({}, {}, state, seq, jnp.array([3]), None, None, cfg)
+  # The window 6 3 and the n-gram 6 7 share their first node: 6, then 3 and 7 below it;
+  # no other n-gram begins with 5, so the rest are fallbacks.
+  assert p.tokens[0, :3].tolist() == [6, 3, 7]
+  assert p.parents[0, :3].tolist() == [-1, 0, 0]
+  assert p.state['nodes'][0].tolist() == [0, 1]
+  # The tokens committed since the last call joined the pool: '2 9 5' ends at position 3.
+  assert [2, 9, 5] in p.state['pool'][0].tolist()
+
+
+def _lines(task, count=12):
+  return _test_lines(f'{task}_', count)
+
+
+@pytest.mark.parametrize('task', ['demo', 'manpages'])
+def test_greedy_lookahead_is_the_targets_on_the_encoder_decoder_tasks(demo_pair, manpages_pair,
+                                                                     task):
+  target, tp, _, _ = demo_pair if task == 'demo' else manpages_pair
+  draft, dp = drafts.resolve_draft('lookahead', target, f'{task}_target', None)
+  inputs = _lines(task)
+  kw = dict(max_decode_len=24, slots=4)
+  ref = specjax.autoregressive_decode(target, tp, inputs, **kw)
+  out = specjax.speculative_decode(target, tp, draft, dp, inputs, tree=draft.tree_spec(), **kw)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert int(out.stats.accepted.sum()) > 0
+
+
+def test_greedy_lookahead_is_the_targets_on_the_decoder_only_pair():
+  target, tp = checkpoints.load_model('manlm_target', DEFAULT_CHECKPOINTS['manlm_target'])
+  vocab = checkpoints.load_tokenizer(bundled('manlm_target').vocab, target)
+  with open(os.path.join(MANLM_ASSETS, 'test.jsonl'), encoding='utf-8') as f:
+    rows = [json.loads(line)['inputs'] for line in f][:12]
+  prompts = jnp.asarray(tokenize(vocab, rows, 32, False)[0])
+  draft, dp = drafts.resolve_draft('lookahead:4,3,3', target, 'manlm_target', None)
+  kw = dict(max_decode_len=24, slots=4)
+  ref = specjax.autoregressive_decode(target, tp, prompts, **kw)
+  out = specjax.speculative_decode(target, tp, draft, dp, prompts, tree=draft.tree_spec(), **kw)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  assert int(out.stats.accepted.sum()) > 0
+
+
+N, STEPS = 20_000, 3
+PROMPT = [3, 4, 3, 5, 3, 2, 4, 3]
+
+
+def _draws(config, slots=None, rows=N):
+  target = MarkovModel(6)
+  tp = target.init(jax.random.PRNGKey(10), 1.5)
+  draft = LookaheadDraft(6, window=3, ngram=2, guesses=2, pool=8, source=False)
+  prompt = jnp.tile(jnp.array([PROMPT]), (rows, 1))
+  out = specjax.speculative_decode(target, tp, draft, {}, prompt, tree=draft.tree_spec(),
+                                   max_decode_len=STEPS, sampling=config, slots=slots,
+                                   rng=jax.random.PRNGKey(4))
+  expected = enumerate_markov(target.transition_probs(tp, config), PROMPT[-1], STEPS)
+  return np.asarray(out.tokens), expected, out
+
+
+@pytest.mark.parametrize('config', [T1, T07], ids=['t1', 't0.7-top3-top0.9'])
+def test_sampled_lookahead_follows_the_target_on_the_first_three_tokens(config):
+  tokens, expected, out = _draws(config)
+  assert chi_square_pvalue(tokens, expected) > 1e-3
+  assert int(out.stats.accepted.sum()) > 0
+
+
+def test_a_lookahead_tree_under_a_rule_that_keeps_the_residual_is_rejected(monkeypatch,
+                                                                          fresh_programs):
+  """The negative control: the same test on lookahead's tree fails the broken rule."""
+  monkeypatch.setattr(tree_accept, 'residual', lambda r, q, q_scale=1.0: r)
+  tokens, expected, _ = _draws(T1)
+  assert chi_square_pvalue(tokens, expected) < 1e-6
+
+
+def test_a_refilled_row_starts_afresh_so_its_sampled_output_does_not_depend_on_the_slot():
+  fixed, _, _ = _draws(T1, rows=12)
+  refilled, _, _ = _draws(T1, slots=3, rows=12)
+  np.testing.assert_array_equal(refilled, fixed)
+
+
+@pytest.mark.parametrize('args, named', [
+    (['--draft', 'lookahead:5,1,4'], 'N in 2..8'),
+    (['--draft', 'lookahead:5,3'], 'lookahead:W,N,G'),
+    (['--draft', 'lookahead:0,3,4'], 'W in 1..32'),
+    (['--draft', 'lookahead', '--gamma', '3'], 'drop --gamma'),
+    (['--draft', 'lookahead', '--tree-nodes', '4', '--tree-depth', '2'],
+     'drop --tree-nodes and --tree-depth'),
+], ids=['n-1', 'two-values', 'w-0', 'gamma', 'tree'])
+def test_bad_lookahead_settings_are_one_line_errors_before_any_model_loads(
+    capsys, monkeypatch, args, named):
+  def no_load(*a, **k):
+    raise AssertionError('a model was loaded')
+  monkeypatch.setattr(decode_job, 'load_pair', no_load)
+  assert decode.main(['--quiet'] + args) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith('error: ') and '\n' not in err and named in err, err
