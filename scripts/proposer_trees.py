@@ -31,6 +31,7 @@ from specjax.core.sampling import SamplingConfig  # pylint: disable=wrong-import
 from specjax.job import drafts  # pylint: disable=wrong-import-position
 
 SECTION = '## Trees of the copy and bigram proposers'
+OWN_TREE = 'own tree'  # a label: the tree a proposer verifies of itself (its tree_spec())
 SETTINGS = {
     'copy': ['chain 2', 'chain 4', 'chain 6', 'chain 8', '2,1,1,1', '3,1,1,1', '4,1,1,1',
              '3,1,1,1,1,1'],
@@ -123,7 +124,8 @@ def decode_rows(task: str, target, tp, inputs, proposers: dict, args) -> list:
     for kind, (draft, dp, labels) in proposers.items():
       for label in labels:
         gamma = int(label.split()[1]) if label.startswith('chain') else None
-        tree = None if gamma else bench_trees.parse_one(label)
+        tree = None if gamma else (draft.tree_spec() if label == OWN_TREE
+                                   else bench_trees.parse_one(label))
         outputs = [jax.tree.map(np.asarray, specjax.speculative_decode(
             target, tp, draft, dp, inputs, gamma=gamma, tree=tree, sampling=sampling,
             rng=jax.random.PRNGKey(seed), **kw)) for seed in seeds]

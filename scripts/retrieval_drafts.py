@@ -27,6 +27,7 @@ import tree_tokens_per_call as sweep  # pylint: disable=wrong-import-position  #
 import jax  # pylint: disable=wrong-import-position
 import jax.numpy as jnp  # pylint: disable=wrong-import-position
 
+from specjax.core import decoder  # pylint: disable=wrong-import-position
 from specjax.core.model_proposer import as_proposer  # pylint: disable=wrong-import-position
 from specjax.core.proposal import draft_view  # pylint: disable=wrong-import-position
 from specjax.core.sampling import SamplingConfig, SamplingParams  # pylint: disable=wrong-import-position
@@ -46,7 +47,9 @@ def settings(task: str) -> dict:
   model = sweep.TASKS[task] + 'draft'
   return {'model': CHAINS + ['dynamic:16:6:4'], 'copy': CHAINS + ['3,1,1,1'],
           'bigram': CHAINS + ['dynamic:16:6:4'], 'eagle': CHAINS + ['dynamic:16:6:4'],
-          'rest': CHAINS + TRIES, 'suffix': CHAINS + TRIES,
+          'rest': CHAINS + TRIES, 'suffix': CHAINS + TRIES, 'rest+suffix': CHAINS + TRIES,
+          'lookahead:5,3,4': [proposer_trees.OWN_TREE],
+          'lookahead:8,4,6': [proposer_trees.OWN_TREE],
           f'cascade:{model}/bigram': CHAINS, f'cascade:{model}/suffix': CHAINS,
           f'cascade:{model}:2,rest': ['chain 4', 'chain 6']}
 
@@ -100,10 +103,16 @@ def run_task(task: str, args) -> tuple:
   for spec, labels in settings(task).items():
     d, p = (draft, dp) if spec == 'model' else drafts.resolve_draft(spec, target, name, load)
     proposers[spec] = (d, p, labels)
-  rows = proposer_trees.decode_rows(task, target, tp, inputs, proposers, args)
+  rows = []
+  for spec, proposer in proposers.items():  # one at a time, dropping what XLA compiled
+    rows += proposer_trees.decode_rows(task, target, tp, inputs, {spec: proposer}, args)
+    decoder.drop_programs()
+    jax.clear_caches()
   jax.config.update('jax_disable_most_optimizations', False)  # timed as a user runs it
   costs = {}
   for spec, (d, p, _) in proposers.items():
+    if hasattr(d, 'tree_spec'):  # no chain to time: lookahead verifies its own tree
+      continue
     start = time.perf_counter()
     costs[spec] = proposal_cost(target, tp, d, p, inputs[:args.batch_size], args.rounds) / GAMMA
     print(f'{task} {spec}: c {costs[spec]:.3f} ({time.perf_counter() - start:.0f} s)',
@@ -120,7 +129,9 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'in target steps on this CPU (one proposal of a chain of 4 over 4 target steps, '
            'batch 8). `rest` retrieves from the datastore bundled with the task (its train '
            'targets; the trees are tries of 16 and 32 nodes); `suffix` from the row\'s own '
-           'input and output; `cascade:D/X` is the draft model D\'s chain drafted by X and '
+           'input and output, `rest+suffix` one trie of both; `lookahead:W,N,G` the '
+           'target\'s own Jacobi window and n-gram pool as one tree; `cascade:D/X` is the '
+           'draft model D\'s chain drafted by X and '
            'verified by D (vertical), `cascade:D:2,X` D\'s first 2 drafts then X\'s '
            '(horizontal). Every greedy row was identical to the target alone '
            '(`identical_to_target` in the JSON).', '',
@@ -128,11 +139,12 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            '|---|---|---|---|---|---|---|---|']
   for task, temperature, kind, chain, best_tree in _groups(rows):
     c = tasks.get(task, {}).get('c', {}).get(kind)
-    tree_cells = ('-', '-') if best_tree is None else (best_tree['shape'],
-                                                        f'{best_tree["tokens_per_call"]:.2f}')
+    cells = lambda r: ('-', '-') if r is None else (
+        r['shape'] if r['shape'] != proposer_trees.OWN_TREE else f'{r["nodes"]} nodes',
+        f'{r["tokens_per_call"]:.2f}')
     lines.append(f'| {task} | {temperature:g} | {kind} | '
-                 f'{"-" if c is None else format(c, ".3f")} | {chain["shape"]} | '
-                 f'{chain["tokens_per_call"]:.2f} | {tree_cells[0]} | {tree_cells[1]} |')
+                 f'{"-" if c is None else format(c, ".3f")} | {" | ".join(cells(chain))} | '
+                 f'{" | ".join(cells(best_tree))} |')
   return '\n'.join(lines) + '\n'
 
 
