@@ -10,7 +10,6 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from specjax import compile_cache, decode
 
