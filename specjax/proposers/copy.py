@@ -101,8 +101,31 @@ def history_at(ids: jax.Array, query: jax.Array, ngram: int) -> jax.Array:
       ids[:, None], jnp.clip(back, 0, ids.shape[1] - 1), axis=2), -3)
 
 
+class SourceReader:
+  """The params and encoding of a proposer with no params that reads an encoder-decoder's
+  input, the source, when its `source` attribute says so (its `pad_id` the padding)."""
+
+  def init(self, rng: jax.Array) -> dict:
+    """No parameters."""
+    del rng
+    return {}
+
+  def param_axes(self) -> dict:
+    return {}
+
+  def encode(self, params, inputs: jax.Array) -> dict:
+    """The source: inputs [B, S] themselves (padding, -2, never matches a real token)."""
+    del params
+    if not self.source:
+      return {}
+    return {'source': jnp.where(inputs == self.pad_id, -2, inputs).astype(jnp.int32)}
+
+  def encoded_axes(self) -> dict:
+    return {'source': ('batch', 'length')} if self.source else {}
+
+
 @dataclasses.dataclass(frozen=True)
-class CopyDraft(proposal_lib.Stateless):
+class CopyDraft(SourceReader, proposal_lib.Stateless):
   """Proposes the tokens after the longest matches of the recent output (module doc).
 
   Attributes:
@@ -122,22 +145,6 @@ class CopyDraft(proposal_lib.Stateless):
   fallback: str = 'uniform'
   eos_id: int = 1
   pad_id: int = 0
-
-  def init(self, rng: jax.Array) -> dict:
-    """No parameters."""
-    del rng
-    return {}
-
-  def param_axes(self) -> dict:
-    return {}
-
-  def encode(self, params, inputs: jax.Array) -> dict:
-    """The source: inputs [B, S] themselves (padding never matches a real token)."""
-    del params
-    return {'source': jnp.where(inputs == self.pad_id, -2, inputs).astype(jnp.int32)}
-
-  def encoded_axes(self) -> dict:
-    return {'source': ('batch', 'length')}
 
   def _texts(self, encoded: dict, ids: jax.Array):
     return [(ids, False)] + ([(encoded['source'], True)] if self.source else [])

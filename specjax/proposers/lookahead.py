@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from specjax.core import proposal as proposal_lib
 from specjax.core import tree as tree_lib
 from specjax.core.state import LoopConfig, gather_rows
+from specjax.proposers import copy as copy_lib
 from specjax.proposers import trie
 
 # The window's weight in the trie: above anything G n-grams can sum to, so its W nodes
@@ -47,7 +48,7 @@ WINDOW_WEIGHT = 1e6
 
 
 @dataclasses.dataclass(frozen=True)
-class LookaheadDraft:
+class LookaheadDraft(copy_lib.SourceReader):
   """Lookahead decoding's proposer (module doc). No params.
 
   Attributes:
@@ -82,23 +83,6 @@ class LookaheadDraft:
     """The tree every call verifies: W + G (N - 1) nodes, max(W, N - 1) deep."""
     nodes = self.window + self.guesses * (self.ngram - 1)
     return tree_lib.DynamicTree(nodes, max(self.window, self.ngram - 1), nodes)
-
-  def init(self, rng: jax.Array) -> dict:
-    del rng
-    return {}
-
-  def param_axes(self) -> dict:
-    return {}
-
-  def encode(self, params, inputs: jax.Array) -> dict:
-    """The source: inputs [B, S] themselves (padding never matches a real token)."""
-    del params
-    if not self.source:
-      return {}
-    return {'source': jnp.where(inputs == self.pad_id, -2, inputs).astype(jnp.int32)}
-
-  def encoded_axes(self) -> dict:
-    return {'source': ('batch', 'length')} if self.source else {}
 
   def _seed(self, encoded: dict, batch: int):
     """A fresh pool [B, P, N], the source's first n-grams (-1: none), and how many."""

@@ -42,7 +42,7 @@ def _after(text: jax.Array, ends: jax.Array, depth: int, last: jax.Array) -> tup
 
 
 @dataclasses.dataclass(frozen=True)
-class SuffixDraft(proposal_lib.Stateless):
+class SuffixDraft(copy_lib.SourceReader, proposal_lib.Stateless):
   """Continuations of the longest earlier matches of the row's text (module doc).
 
   Attributes:
@@ -59,24 +59,6 @@ class SuffixDraft(proposal_lib.Stateless):
   source: bool = True
   eos_id: int = 1
   pad_id: int = 0
-
-  def init(self, rng: jax.Array) -> dict:
-    """No parameters."""
-    del rng
-    return {}
-
-  def param_axes(self) -> dict:
-    return {}
-
-  def encode(self, params, inputs: jax.Array) -> dict:
-    """The source: inputs [B, S] themselves (padding never matches a real token)."""
-    del params
-    if not self.source:
-      return {}
-    return {'source': jnp.where(inputs == self.pad_id, -2, inputs).astype(jnp.int32)}
-
-  def encoded_axes(self) -> dict:
-    return {'source': ('batch', 'length')} if self.source else {}
 
   def retrieve(self, encoded: dict, seq: jax.Array, pos: jax.Array, depth: int):
     """R continuations: tokens [B, R, D] int32, valid [B, R, D] bool, weight [B, R]."""
