@@ -26,7 +26,8 @@ import shlex
 import sys
 from typing import List, Optional, Sequence
 
-from specjax import interrupt
+from specjax import flags, interrupt
+from specjax.flags import flag
 from specjax.datastore import layout, sources
 
 DEFAULT_TARGET = 'demo_target'  # the vocabulary of a plain --input
@@ -40,6 +41,35 @@ class _Parser(argparse.ArgumentParser):
     sys.exit(2)
 
 
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+  """The settings of `python -m specjax.datastore build`; each field is its flag."""
+
+  input: Optional[str] = flag(None, 'text, one document per line, or JSON lines; - for '
+                              'stdin (this or --task)', metavar='FILE')
+  task: Optional[str] = flag(None, 'a bundled task: its corpus split\'s targets (manlm: '
+                             'texts) (this or --input)', choices=sorted(sources.TASKS))
+  output: Optional[str] = flag(None, 'the datastore directory to create (must not exist)',
+                               metavar='DIR')
+  vocab: Optional[str] = flag(None, 'SentencePiece model or tokenizer.json (default: the '
+                              '--target\'s)', metavar='PATH')
+  target: Optional[str] = flag(None, 'registry name of the target whose vocabulary to use '
+                               f'(default: the task\'s bundled target; {DEFAULT_TARGET} for '
+                               '--input)', metavar='NAME')
+  field: Optional[str] = flag(None, f'the JSON lines field to read (default '
+                              f'"{sources.DEFAULT_FIELD}", else the first of '
+                              f'{", ".join(sources.FALLBACK_FIELDS)})', metavar='NAME')
+  split: str = flag('train', 'the --task corpus split', choices=sources.SPLITS)
+  data: Optional[str] = flag(None, 'the --task corpus folder (default data/demo or '
+                             'data/manpages)', metavar='DIR')
+  max_query: int = flag(layout.MAX_QUERY, 'tokens of each suffix the array is sorted by: '
+                        f'the longest lookup (1-{layout.MAX_QUERY_LIMIT})', metavar='Q')
+  max_documents: Optional[int] = flag(None, 'keep the first N documents (in file order)',
+                                      metavar='N')
+  json: bool = flag(False, 'print the summary as JSON')
+  quiet: bool = flag(False, 'no progress bars')
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p = _Parser(prog='python -m specjax.datastore', description=__doc__.split('\n\n')[0])
   sub = p.add_subparsers(dest='command', required=True, metavar='COMMAND')
@@ -47,33 +77,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      description=__doc__.split('\n\n')[0],
                      epilog=__doc__.split('\n\n', 1)[1],
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-  what = b.add_mutually_exclusive_group(required=True)
-  what.add_argument('--input', metavar='FILE',
-                    help='text, one document per line, or JSON lines; - for stdin')
-  what.add_argument('--task', choices=sorted(sources.TASKS),
-                    help='a bundled task: its corpus split\'s targets (manlm: texts)')
-  b.add_argument('--output', required=True, metavar='DIR',
-                 help='the datastore directory to create (must not exist)')
-  b.add_argument('--vocab', metavar='PATH',
-                 help='SentencePiece model or tokenizer.json (default: the --target\'s)')
-  b.add_argument('--target', metavar='NAME',
-                 help='registry name of the target whose vocabulary to use (default: the '
-                 f'task\'s bundled target; {DEFAULT_TARGET} for --input)')
-  b.add_argument('--field', metavar='NAME',
-                 help=f'the JSON lines field to read (default "{sources.DEFAULT_FIELD}", '
-                 f'else the first of {", ".join(sources.FALLBACK_FIELDS)})')
-  b.add_argument('--split', default='train', choices=sources.SPLITS,
-                 help='the --task corpus split (default %(default)s)')
-  b.add_argument('--data', metavar='DIR',
-                 help='the --task corpus folder (default data/demo or data/manpages)')
-  b.add_argument('--max-query', type=int, default=layout.MAX_QUERY, metavar='Q',
-                 help='tokens of each suffix the array is sorted by: the longest lookup '
-                 f'(1-{layout.MAX_QUERY_LIMIT}, default %(default)s)')
-  b.add_argument('--max-documents', type=int, metavar='N',
-                 help='keep the first N documents (in file order)')
-  b.add_argument('--json', action='store_true', help='print the summary as JSON')
-  b.add_argument('--quiet', action='store_true', help='no progress bars')
-  return p.parse_args(argv)
+  flags.add_flags(b, BuildConfig, required=('output',))
+  args = p.parse_args(argv)
+  if (args.input is None) == (args.task is None):
+    p.error('build takes one of --input FILE and --task NAME')
+  return args
 
 
 def _check(args) -> None:
