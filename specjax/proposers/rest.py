@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax.core import proposal as proposal_lib
-from specjax.core.state import LoopConfig
 from specjax.proposers import trie
 
 # Retrieved continuations per row and call.
@@ -97,7 +94,7 @@ def document_starts(tokens: np.ndarray, max_query: int) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
-class RestDraft(proposal_lib.Stateless):
+class RestDraft(trie.Retriever):
   """Retrieval from a datastore (module doc); params {'tokens', 'suffixes', 'starts'}.
 
   Attributes:
@@ -174,13 +171,6 @@ class RestDraft(proposal_lib.Stateless):
     valid = (jnp.cumsum(cont < 0, axis=-1) == 0) & (r < count[:, None])[..., None]
     return cont, valid
 
-  def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
-              cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
-    """A chain of cfg.gamma retrieved tokens, or the trie of cfg.tree's node count."""
-    del keys, sampling, active
-    depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
-    cont, valid, weight = self.continuations(params, encoded, seq, pos, depth)
-    return trie.propose(cont, valid, weight, cfg, self.eos_id, self.vocab_size, state)
 
   def continuations(self, params, encoded, seq: jax.Array, pos: jax.Array, depth: int):
     """`retrieve`'s continuations, each of weight 1: tokens [B, R, D], valid [B, R, D],

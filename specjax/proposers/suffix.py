@@ -19,13 +19,10 @@ continuations, D their depth.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
-from specjax.core import proposal as proposal_lib
-from specjax.core.state import LoopConfig
 from specjax.proposers import copy as copy_lib
 from specjax.proposers import trie
 
@@ -42,7 +39,7 @@ def _after(text: jax.Array, ends: jax.Array, depth: int, last: jax.Array) -> tup
 
 
 @dataclasses.dataclass(frozen=True)
-class SuffixDraft(copy_lib.SourceReader, proposal_lib.Stateless):
+class SuffixDraft(copy_lib.SourceReader, trie.Retriever):
   """Continuations of the longest earlier matches of the row's text (module doc).
 
   Attributes:
@@ -103,10 +100,3 @@ class SuffixDraft(copy_lib.SourceReader, proposal_lib.Stateless):
     del params
     return self.retrieve(encoded, seq, pos, depth)
 
-  def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
-              cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
-    """A chain of cfg.gamma tokens, or the trie of cfg.tree's node count."""
-    del keys, sampling, active
-    depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
-    cont, valid, weight = self.continuations(params, encoded, seq, pos, depth)
-    return trie.propose(cont, valid, weight, cfg, self.eos_id, self.vocab_size, state)

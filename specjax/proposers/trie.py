@@ -147,8 +147,22 @@ def propose(tokens: jax.Array, valid: jax.Array, weight: jax.Array, cfg, fallbac
               vocab_size, greedy, state)
 
 
+class Retriever(proposal_lib.Stateless):
+  """The proposal of a retrieval proposer: the chain or trie (`propose` above) of what its
+  `continuations(params, encoded, seq, pos, depth)` -> (tokens [B, R, D], valid [B, R, D],
+  weight [B, R]) finds below each row's last token. It keeps no state."""
+
+  def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
+              cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
+    """A chain of cfg.gamma tokens, or the trie of cfg.tree's node count."""
+    del keys, sampling, active
+    depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
+    cont, valid, weight = self.continuations(params, encoded, seq, pos, depth)
+    return propose(cont, valid, weight, cfg, self.eos_id, self.vocab_size, state)
+
+
 @dataclasses.dataclass(frozen=True)
-class Mixture(proposal_lib.Stateless):
+class Mixture(Retriever):
   """One trie of the continuations several retrieval proposers find (`--draft rest+suffix`:
   the datastore's and the row's own text's), each proposer's weights scaled to sum to 1
   per row, so that neither outweighs the other by retrieving more.
@@ -190,17 +204,12 @@ class Mixture(proposal_lib.Stateless):
   def encoded_axes(self) -> dict:
     return self._each('encoded_axes')
 
-  def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
-              cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
-    """A chain of cfg.gamma tokens, or the trie of cfg.tree's node count, of every part's
-    continuations."""
-    del keys, sampling, active
-    depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
+  def continuations(self, params, encoded, seq: jax.Array, pos: jax.Array, depth: int):
+    """Every part's continuations, each part's weights scaled to sum to 1 per row."""
     found = [p.continuations(params[str(i)], encoded[str(i)], seq, pos, depth)
              for i, p in enumerate(self.parts)]
     scaled = [w / jnp.maximum(jnp.sum(w * v[..., 0], axis=1, keepdims=True), 1e-9)
               for _, v, w in found]
-    cont = jnp.concatenate([c for c, _, _ in found], axis=1)
-    valid = jnp.concatenate([v for _, v, _ in found], axis=1)
-    return propose(cont, valid, jnp.concatenate(scaled, axis=1), cfg, self.eos_id,
-                   self.vocab_size, state)
+    return (jnp.concatenate([c for c, _, _ in found], axis=1),
+            jnp.concatenate([v for _, v, _ in found], axis=1),
+            jnp.concatenate(scaled, axis=1))
