@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from specjax.models import base
 from specjax.models import lm_layers as layers
+from specjax.models import scan
 from specjax.models.lm_config import LMConfig
 
 
@@ -40,6 +41,8 @@ class SelfLayout(NamedTuple):
 PyTree = Any
 # The cache's logical axes: [B, M, H, T]; 'kv_heads' is sharded over 'model' where M divides.
 CACHE_AXES = ('batch', 'kv_heads', 'kv', 'length')
+# A scanned cache leaf [B, L, M, H, T]: batch-major, then the layers.
+SCANNED_CACHE_AXES = ('batch', scan.LAYERS) + CACHE_AXES[1:]
 
 
 class _Spec:
@@ -129,8 +132,17 @@ class CausalLM:
   def pad_id(self) -> int:
     return self.config.pad_id
 
+  @property
+  def unrolled(self) -> 'CausalLM':
+    """This model with its layers unrolled (itself when they are)."""
+    c = self.config
+    return self if not c.scan_layers else CausalLM(dataclasses.replace(c, scan_layers=False))
+
   def init(self, rng: jax.Array) -> PyTree:
-    """Random float32 params: fan-in scaled normals, unit norm scales, zero biases."""
+    """Random float32 params: fan-in scaled normals, unit norm scales, zero biases
+    (scanned: the unrolled model's draw, stacked under `layers`)."""
+    if self.config.scan_layers:
+      return scan.to_scanned(self.unrolled.init(rng))
     specs = param_specs(self.config)
     leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
     keys = jax.random.split(rng, len(leaves))
@@ -148,10 +160,14 @@ class CausalLM:
 
   def param_axes(self) -> PyTree:
     """Same tree as `init`, each leaf a tuple of logical axis names (for sharding)."""
-    return jax.tree.map(lambda s: s.axes, param_specs(self.config), is_leaf=_is_spec)
+    axes = jax.tree.map(lambda s: s.axes, param_specs(self.unrolled.config), is_leaf=_is_spec)
+    return scan.to_scanned(axes) if self.config.scan_layers else axes
 
-  def cache_axes(self) -> list:
-    """Logical axes of `init_cache`'s leaves: [B, M, H, T] each."""
+  def cache_axes(self) -> PyTree:
+    """Logical axes of `init_cache`'s leaves: [B, M, H, T] each (scanned: one dict of
+    [B, L, M, H, T] leaves)."""
+    if self.config.scan_layers:
+      return {scan.LAYERS: {'k': SCANNED_CACHE_AXES, 'v': SCANNED_CACHE_AXES}}
     return [{'k': CACHE_AXES, 'v': CACHE_AXES} for _ in range(self.config.num_layers)]
 
   def encoded_axes(self) -> dict:
@@ -168,8 +184,9 @@ class CausalLM:
     [B, P] int32, and their lengths [B] int32."""
     return prompt_from_padded(inputs, self.pad_id)
 
-  def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> list:
-    """Per layer {'k', 'v'}: zeros [B, M, H, T].
+  def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> PyTree:
+    """Per layer {'k', 'v'}: zeros [B, M, H, T] (scanned: {'layers': {'k', 'v': [B, L, M,
+    H, T]}}).
 
     Raises:
       ValueError: T exceeds a learned position table (GPT-2's n_positions).
@@ -180,6 +197,9 @@ class CausalLM:
                        'shorten the prompts (--max-input-len) or --max-decode-len')
     shape = (batch, c.num_kv_heads, c.head_dim, max_len)
     dtype = dtype or c.dtype
+    if c.scan_layers:
+      shape = shape[:1] + (c.num_layers,) + shape[1:]
+      return {scan.LAYERS: {'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}}
     return [{'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
             for _ in range(c.num_layers)]
 
@@ -206,13 +226,19 @@ class CausalLM:
     """
     del encoded
     layout = self.self_attention_layout(params, positions, tokens.shape[1],
-                                        cache[0]['k'].shape[3], tree)
+                                        jax.tree.leaves(cache)[0].shape[-1], tree)
     x = self.embed(params, tokens, layout.query_pos)  # [B, K, D]
-    new_cache = []
-    layer = base.traced_once(self, 'decoder_layer')
-    for i, layer_cache in enumerate(cache):
-      x, layer_cache = layer(params[f'layers_{i}'], x, layer_cache, layout)
-      new_cache.append(layer_cache)
+    if self.config.scan_layers:
+      x, stacked = scan.run(lambda c, p, i: self.decoder_layer(p, *c, layout, layer=i),
+                            (x, cache[scan.LAYERS]), params[scan.LAYERS],
+                            self.config.num_layers)
+      new_cache = {scan.LAYERS: stacked}
+    else:
+      new_cache = []
+      layer = base.traced_once(self, 'decoder_layer')
+      for i, layer_cache in enumerate(cache):
+        x, layer_cache = layer(params[f'layers_{i}'], x, layer_cache, layout)
+        new_cache.append(layer_cache)
     x = self.final_norm(params['final_norm'], x).astype(jnp.float32)  # as T5's logits
     logits = self.project(params, x)
     return (logits, new_cache, x) if return_hidden else (logits, new_cache)
@@ -246,19 +272,22 @@ class CausalLM:
       x = x + jnp.take(params['position']['embedding'], query_pos, axis=0).astype(dtype)
     return x
 
-  def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree,
-                    layout: SelfLayout) -> Tuple[jax.Array, PyTree]:
+  def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: SelfLayout,
+                    layer: jax.Array | None = None) -> Tuple[jax.Array, PyTree]:
     """One layer: self-attention (writing its K/V into the cache) and MLP, each pre-normed
     and residual.
 
     Args:
       p: the layer's params.
       x: [B, K, D] its input.
-      cache: {'k', 'v': [B, M, H, T]}, the layer's cache.
+      cache: {'k', 'v': [B, M, H, T]}, the layer's cache (with `layer`: the stacked
+        cache [B, L, M, H, T] of every layer).
       layout: from `self_attention_layout`.
+      layer: None, or this layer's index in a stacked cache (scanned layers).
 
     Returns:
-      (x [B, K, D], the cache with the K tokens' K/V written).
+      (x [B, K, D], the cache with the K tokens' K/V written: the stacked one with
+      `layer`).
     """
     c = self.config
     dtype = jnp.dtype(c.dtype)
@@ -271,12 +300,19 @@ class CausalLM:
       inv_freq = layers.rope_frequencies(c)
       q = layers.apply_rope(q, layout.query_pos, inv_freq)
       k = layers.apply_rope(k, layout.query_pos, inv_freq)
-    keys = base.write_cache(cache['k'], k.transpose(0, 2, 3, 1), layout.write_start)
-    values = base.write_cache(cache['v'], v.transpose(0, 2, 3, 1), layout.write_start)
+    k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 3, 1)  # [B, M, H, K]
+    if layer is None:
+      keys = base.write_cache(cache['k'], k, layout.write_start)
+      values = base.write_cache(cache['v'], v, layout.write_start)
+      new_cache = {'k': keys, 'v': values}  # [B, M, H, T]
+    else:
+      new_cache = {n: scan.write_layer(cache[n], new, layer, layout.write_start)
+                   for n, new in (('k', k), ('v', v))}  # [B, L, M, H, T]
+      keys, values = (scan.layer_slice(new_cache[n], layer) for n in 'kv')
     y = layers.attention(q, keys.astype(dtype), values.astype(dtype), layout.mask)
     x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
     x = x + layers.mlp(layers.norm(x, p['mlp_norm'], c), p['mlp'], c)
-    return x, {'k': keys, 'v': values}  # [B, M, H, T]
+    return x, new_cache
 
   def final_norm(self, p: PyTree, x: jax.Array) -> jax.Array:
     """The family's final norm with params p ({'scale'} or {'scale', 'bias'}): x [..., D]

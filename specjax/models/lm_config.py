@@ -43,6 +43,9 @@ class LMConfig:
     eos_id: the end-of-sequence token: a row is done once it emits it.
     pad_id: pads prompts and follows EOS in outputs (a token no prompt ends with).
     dtype: activations and caches.
+    scan_layers: the layers as one body under `jax.lax.scan` (`specjax.models.scan`):
+      params under `layers` with a leading layer axis, the cache {'layers': {'k', 'v':
+      [B, L, M, H, T]}}; the same numbers as the unrolled layout.
     name: the preset's name, if any.
   """
 
@@ -70,6 +73,7 @@ class LMConfig:
   eos_id: int = 1
   pad_id: int = 0
   dtype: str = 'float32'
+  scan_layers: bool = False
   name: str = ''
 
   def __post_init__(self):

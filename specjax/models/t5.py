@@ -10,6 +10,9 @@ Encoded pytree (`encode`):
    'cross': {'layers_{i}': {'k': [B, N, H, S], 'v': [B, N, H, S]}}}  # per decoder layer
 Cache pytree (`init_cache`):
   {'layers_{i}': {'k': [B, N, H, T], 'v': [B, N, H, T]}}  # decoder self-attention
+With `config.scan_layers` (`specjax.models.scan`), params keep each stack's layers under
+encoder/layers and decoder/layers, leaves [L, ...]; the cross K/V and the cache are
+{'layers': {'k', 'v': [B, L, N, H, S or T]}}.
 """
 from __future__ import annotations
 
@@ -23,11 +26,16 @@ import jax
 import jax.numpy as jnp
 
 from specjax.models import base
+from specjax.models import scan
 from specjax.models import t5_layers as layers
 from specjax.models.t5_config import T5Config
 
 PyTree = Any
 _init = jax.nn.initializers
+# The params that hold a stack of layers (`layers_{i}` unrolled, `layers` scanned).
+STACKS = (('encoder',), ('decoder',))
+# A scanned cache or cross-attention leaf [B, L, N, H, T]: batch-major, then the layers.
+SCANNED_KV_AXES = ('batch', scan.LAYERS) + base.KV_AXES[1:]
 
 
 class _ParamSpec(NamedTuple):
@@ -128,7 +136,10 @@ class T5:
     return 0
 
   def cache_axes(self) -> PyTree:
-    """Logical axes of `init_cache`'s leaves: [B, N, H, T] each."""
+    """Logical axes of `init_cache`'s leaves: [B, N, H, T] each ([B, L, N, H, T]
+    scanned)."""
+    if self.config.scan_layers:
+      return {scan.LAYERS: {'k': SCANNED_KV_AXES, 'v': SCANNED_KV_AXES}}
     return {f'layers_{i}': {'k': base.KV_AXES, 'v': base.KV_AXES}
             for i in range(self.config.num_decoder_layers)}
 
@@ -156,6 +167,11 @@ class T5:
     t5x_rounding (T5X rounds it before the lookup)."""
     return rel_embedding.astype(self._dtype) if self.config.t5x_rounding else rel_embedding
 
+  @property
+  def unrolled(self) -> 'T5':
+    """This model with its layers unrolled (itself when they are)."""
+    return self if not self.config.scan_layers else T5(self.config.replace(scan_layers=False))
+
   def init(self, rng: jax.Array) -> PyTree:
     """Random float32 params in T5X's tree layout and initializers.
 
@@ -164,8 +180,12 @@ class T5:
 
     Returns:
       Nested dict of float32 arrays, e.g. params['encoder']['layers_0']['attention']
-      ['query']['kernel'] [D, N*H]. Use under `jax.eval_shape` to get shapes for free.
+      ['query']['kernel'] [D, N*H] (scanned: params['encoder']['layers'][...] [L, D,
+      N*H], the unrolled model's draw stacked). Use under `jax.eval_shape` to get shapes
+      for free.
     """
+    if self.config.scan_layers:
+      return scan.to_scanned(self.unrolled.init(rng), STACKS)
     specs, treedef = jax.tree.flatten(_param_specs(self.config), is_leaf=_is_spec)
     keys = jax.random.split(rng, len(specs))
     # One vmapped draw per distinct (shape, initializer) instead of one per leaf: XLA's
@@ -183,8 +203,10 @@ class T5:
     return jax.tree.unflatten(treedef, leaves)
 
   def param_axes(self) -> PyTree:
-    """Same tree as `init`, each leaf a tuple of T5X logical axis names (for sharding)."""
-    return jax.tree.map(lambda s: s.axes, _param_specs(self.config), is_leaf=_is_spec)
+    """Same tree as `init`, each leaf a tuple of T5X logical axis names (for sharding;
+    scanned leaves lead with 'layers')."""
+    axes = jax.tree.map(lambda s: s.axes, _param_specs(self.unrolled.config), is_leaf=_is_spec)
+    return scan.to_scanned(axes, STACKS) if self.config.scan_layers else axes
 
   def embed(self, params: PyTree, tokens: jax.Array) -> jax.Array:
     """tokens [B, K] -> [B, K, D] activations."""
@@ -209,6 +231,15 @@ class T5:
         self._rel_table(enc['relpos_bias']['rel_embedding']), inputs.shape[1],
         cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
     x = dropout(self.embed(params, inputs))  # [B, S, D]
+    if cfg.scan_layers:
+      self._no_dropout(dropout)
+      x = scan.run(lambda h, p, i: self.encoder_layer(p, h, key_mask, bias), x,
+                   enc[scan.LAYERS], cfg.num_encoder_layers)
+      x = self.rms_norm(x, enc['encoder_norm']['scale'])  # [B, S, D]
+      att = params['decoder'][scan.LAYERS]['encoder_decoder_attention']
+      kv = {n: jax.vmap(layers.project_kv, (None, 0, None), 1)(
+          x, att[name]['kernel'], cfg.num_heads) for n, name in (('k', 'key'), ('v', 'value'))}
+      return {'mask': mask, 'cross': {scan.LAYERS: kv}}  # [B, L, N, H, S]
     layer = (base.traced_once(self, 'encoder_layer') if dropout is layers.NO_DROPOUT
              else functools.partial(self.encoder_layer, dropout=dropout))
     for i in range(cfg.num_encoder_layers):
@@ -241,7 +272,8 @@ class T5:
     return base.encoder_decoder_prompt(inputs, start_id=0)
 
   def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> PyTree:
-    """Zero self-attention cache {'layers_{i}': {'k', 'v': [B, N, H, T]}}, heads-major.
+    """Zero self-attention cache {'layers_{i}': {'k', 'v': [B, N, H, T]}}, heads-major
+    (scanned: {'layers': {'k', 'v': [B, L, N, H, T]}}).
 
     Args:
       batch: B.
@@ -251,6 +283,9 @@ class T5:
     cfg = self.config
     shape = (batch, cfg.num_heads, cfg.head_dim, max_len)
     dtype = jnp.dtype(dtype or cfg.dtype)
+    if cfg.scan_layers:
+      shape = shape[:1] + (cfg.num_decoder_layers,) + shape[1:]
+      return {scan.LAYERS: {'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}}
     return {f'layers_{i}': {'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
             for i in range(cfg.num_decoder_layers)}
 
@@ -282,9 +317,13 @@ class T5:
       own (a tree's: the prefix and the slots `tree.visible` names), others are ignored.
     """
     cfg, dec = self.config, params['decoder']
-    num_tokens, max_len = tokens.shape[1], cache['layers_0']['k'].shape[3]
+    num_tokens, max_len = tokens.shape[1], jax.tree.leaves(cache)[0].shape[-1]
     layout = self.self_attention_layout(params, positions, num_tokens, max_len, tree)
     x = dropout(self.embed(params, tokens))  # [B, K, D]
+    if cfg.scan_layers:
+      self._no_dropout(dropout)
+      x, new_cache = self._scanned_decoder(dec[scan.LAYERS], x, cache, layout, encoded)
+      return self._close(params, x, new_cache, return_hidden)
     new_cache = {}
     layer = (base.traced_once(self, 'decoder_layer') if dropout is layers.NO_DROPOUT
              else functools.partial(self.decoder_layer, dropout=dropout))
@@ -292,9 +331,32 @@ class T5:
       name = f'layers_{i}'
       x, new_cache[name] = layer(dec[name], x, cache[name], layout, encoded['cross'][name],
                                  encoded['mask'])
-    y = dropout(self.rms_norm(x, dec['decoder_norm']['scale']))  # [B, K, D]
+    return self._close(params, x, new_cache, return_hidden, dropout)
+
+  def _close(self, params, x, new_cache, return_hidden, dropout=layers.NO_DROPOUT):
+    """The final norm and the logits of the last layer's output x [B, K, D]."""
+    y = dropout(self.rms_norm(x, params['decoder']['decoder_norm']['scale']))  # [B, K, D]
     logits = self.project(params, y)
     return (logits, new_cache, y) if return_hidden else (logits, new_cache)
+
+  def _scanned_decoder(self, stacked, x, cache, layout, encoded):
+    """The decoder's layers as one scanned body over stacked params: x [B, K, D], the
+    stacked cache and cross K/V [B, L, N, H, T or S] -> (x, the cache with this call's
+    K/V written)."""
+    def body(carry, p, i):
+      h, kv = carry
+      cross = {n: scan.layer_slice(a, i) for n, a in encoded['cross'][scan.LAYERS].items()}
+      return self.decoder_layer(p, h, kv, layout, cross, encoded['mask'], layer=i)
+
+    x, kv = scan.run(body, (x, cache[scan.LAYERS]), stacked, self.config.num_decoder_layers)
+    return x, {scan.LAYERS: kv}
+
+  @staticmethod
+  def _no_dropout(dropout):
+    if dropout is not layers.NO_DROPOUT:
+      raise ValueError('scanned layers run inference only: train the unrolled model '
+                       '(T5(config.replace(scan_layers=False))) and convert its params with '
+                       'specjax.models.scan.to_scanned')
 
   def self_attention_layout(self, params: PyTree, positions: jax.Array, num_tokens: int,
                             max_len: int, tree: base.Tree | None = None) -> SelfLayout:
@@ -323,7 +385,8 @@ class T5:
 
   def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: SelfLayout,
                     cross: PyTree, cross_mask: jax.Array,
-                    dropout: layers.Dropout = layers.NO_DROPOUT) -> Tuple[jax.Array, PyTree]:
+                    dropout: layers.Dropout = layers.NO_DROPOUT,
+                    layer: jax.Array | None = None) -> Tuple[jax.Array, PyTree]:
     """One decoder layer: self-attention (writing its K/V into the cache), cross-attention
     to the encoder's K/V, MLP, each pre-normed and residual.
 
@@ -331,21 +394,29 @@ class T5:
       p: the layer's params (only the cross-attention's query and out kernels are read:
         its K/V come projected in `cross`).
       x: [B, K, D] its input.
-      cache: {'k', 'v': [B, N, H, T]}, the layer's self-attention cache.
+      cache: {'k', 'v': [B, N, H, T]}, the layer's self-attention cache (with `layer`:
+        the stacked cache [B, L, N, H, T] of every layer).
       layout: from `self_attention_layout`.
       cross: {'k', 'v': [B, N, H, S]}, the encoder output's keys and values.
       cross_mask: [B, S] bool, the real input tokens.
       dropout: training only.
+      layer: None, or this layer's index in a stacked cache (scanned layers).
 
     Returns:
-      The layer's output [B, K, D] and its new cache.
+      The layer's output [B, K, D] and its new cache (the stacked one with `layer`).
     """
     cfg = self.config
     h = self.rms_norm(x, p['pre_self_attention_layer_norm']['scale'])
     att = p['self_attention']
     q, k, v = layers.project_qkv(h, att, cfg.num_heads)  # [B, K, N, H], [B, N, H, K]
-    k_all = base.write_cache(cache['k'], k, layout.write_start)  # [B, N, H, T]
-    v_all = base.write_cache(cache['v'], v, layout.write_start)
+    if layer is None:
+      k_all = base.write_cache(cache['k'], k, layout.write_start)  # [B, N, H, T]
+      v_all = base.write_cache(cache['v'], v, layout.write_start)
+      new_cache = {'k': k_all, 'v': v_all}
+    else:
+      new_cache = {n: scan.write_layer(cache[n], new, layer, layout.write_start)
+                   for n, new in (('k', k), ('v', v))}  # [B, L, N, H, T]
+      k_all, v_all = (scan.layer_slice(new_cache[n], layer) for n in 'kv')  # [B, N, H, T]
     y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
                                      layout.mask, layout.bias, dropout, self._logits_dtype)
     x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
@@ -357,7 +428,7 @@ class T5:
     x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
     h = self.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
     x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
-    return x, {'k': k_all, 'v': v_all}
+    return x, new_cache
 
   def project(self, params: PyTree, hidden: jax.Array) -> jax.Array:
     """The output projection: final hidden states [B, K, D] (after decoder_norm) -> logits

@@ -32,6 +32,10 @@ class T5Config:
       Off: those stay float32. The same values in float32.
     float32_attention_logits: with t5x_rounding, attention scores and softmax in float32
       (T5X's field of that name); without t5x_rounding they always are.
+    scan_layers: the layers of each stack as one body under `jax.lax.scan` (T5X's
+      `scan_layers`): params under encoder/layers and decoder/layers with a leading layer
+      axis, the cache and cross-attention K/V [B, L, N, H, T] (`specjax.models.scan`).
+      The same numbers as the unrolled layout (`scan.to_scanned`, `scan.to_unrolled`).
     name: the preset's registry name ('' for ad-hoc configs).
   """
 
@@ -49,6 +53,7 @@ class T5Config:
   relative_attention_max_distance: int = 128
   t5x_rounding: bool = False
   float32_attention_logits: bool = False
+  scan_layers: bool = False
   name: str = ''
 
   def replace(self, **changes) -> 'T5Config':

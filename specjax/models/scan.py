@@ -1,0 +1,166 @@
+"""Scanned layers: a stack of identical layers as one body under `jax.lax.scan`.
+
+An unrolled model keeps each layer's params under its own key (`layers_0`, `layers_1`,
+...) and traces, lowers and compiles the layer once per layer. A scanned model stacks
+them under one key, `layers`, every leaf with a leading layer axis [L, ...] (logical
+axis 'layers'), and runs one body L times: the program holds one copy of the layer, so
+compiling it no longer grows with depth (T5X's `scan_layers`).
+
+A scanned model's cache is stacked too, but stays batch-major as the model contract
+wants (`base.Model.init_cache`): each leaf [B, L, ...] (axes 'batch', 'layers', ...), so
+the loop's per-row moves (refill, a token tree's accepted path, the mesh's batch axis)
+read it as any other cache. Each layer writes only its K new tokens into its slice
+(`write_layer`) and reads its slice (`layer_slice`).
+
+The two layouts hold the same numbers: `to_scanned` and `to_unrolled` convert a params
+(or param axes) tree either way, so one checkpoint serves both.
+
+Shape letters: L layers, B batch, T cache length, K tokens in this call.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PyTree = Any
+LAYERS = 'layers'  # the stacked subtree's key and the logical name of its leading axis
+_LAYER_KEY = re.compile(r'^layers_(\d+)$')
+
+
+def _is_axes(x) -> bool:
+  return isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)
+
+
+def stack(layers: Sequence[PyTree]) -> PyTree:
+  """Per-layer trees of one structure -> one tree, each leaf [L, ...] (axes trees: each
+  tuple gains 'layers' in front)."""
+  if _is_axes(jax.tree.leaves(layers[0], is_leaf=_is_axes)[0]):
+    return jax.tree.map(lambda a: (LAYERS,) + a, layers[0], is_leaf=_is_axes)
+  stack_leaf = lambda *xs: (np.stack(xs) if all(isinstance(x, np.ndarray) for x in xs)
+                            else jnp.stack(xs))
+  return jax.tree.map(stack_leaf, *layers)
+
+
+def unstack(stacked: PyTree) -> list:
+  """A tree of [L, ...] leaves -> L per-layer trees (axes trees: 'layers' dropped)."""
+  first = jax.tree.leaves(stacked, is_leaf=_is_axes)[0]
+  if _is_axes(first):
+    return [jax.tree.map(lambda a: a[1:], stacked, is_leaf=_is_axes)]
+  count = first.shape[0]
+  return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)]
+
+
+def layer_keys(node: dict) -> list:
+  """The `layers_{i}` keys of a dict, in layer order (i = 0 .. L-1, none missing).
+
+  Raises:
+    ValueError: the layers are not numbered 0 .. L-1.
+  """
+  found = sorted((int(m.group(1)), k) for k in node for m in [_LAYER_KEY.match(k)] if m)
+  if [i for i, _ in found] != list(range(len(found))):
+    raise ValueError(f'layers numbered {[i for i, _ in found]}: expected 0 .. {len(found) - 1}')
+  return [k for _, k in found]
+
+
+def to_scanned(tree: PyTree, parents: Sequence[Tuple[str, ...]] = ((),)) -> PyTree:
+  """An unrolled params (or param axes) tree in the scanned layout: under each path of
+  `parents` (() the root; T5: ('encoder',), ('decoder',)), the `layers_{i}` subtrees
+  become one `layers` subtree of stacked leaves. A path already scanned is left as is.
+  """
+  out = dict(tree)
+  for path in parents:
+    node = _get(out, path)
+    keys = layer_keys(node)
+    if not keys:
+      continue
+    new = {k: v for k, v in node.items() if k not in keys}
+    new[LAYERS] = stack([node[k] for k in keys])
+    out = _set(out, path, new)
+  return out
+
+
+def to_unrolled(tree: PyTree, parents: Sequence[Tuple[str, ...]] = ((),)) -> PyTree:
+  """The inverse of `to_scanned`: each `layers` subtree of stacked leaves under `parents`
+  becomes `layers_0` .. `layers_{L-1}` (a param axes tree: one layer's axes for each of
+  `count` layers is not knowable, so axes trees are refused)."""
+  out = dict(tree)
+  for path in parents:
+    node = _get(out, path)
+    if LAYERS not in node:
+      continue
+    if _is_axes(jax.tree.leaves(node[LAYERS], is_leaf=_is_axes)[0]):
+      raise ValueError('to_unrolled converts params, not param axes: ask the unrolled '
+                       'model for its param_axes()')
+    new = {k: v for k, v in node.items() if k != LAYERS}
+    for i, layer in enumerate(unstack(node[LAYERS])):
+      new[f'layers_{i}'] = layer
+    out = _set(out, path, new)
+  return out
+
+
+def is_scanned(tree: PyTree, parent: Tuple[str, ...] = ()) -> bool:
+  """Whether the params under `parent` are in the scanned layout."""
+  return LAYERS in _get(tree, parent)
+
+
+def _get(tree, path):
+  for key in path:
+    tree = tree[key]
+  return tree
+
+
+def _set(tree, path, value):
+  if not path:
+    return value
+  out = dict(tree)
+  out[path[0]] = _set(tree[path[0]], path[1:], value)
+  return out
+
+
+def run(body: Callable, carry: Any, stacked: PyTree, count: int) -> Any:
+  """`carry = body(carry, layer_params, i)` for i = 0 .. count-1, as one `lax.scan`.
+
+  Args:
+    body: (carry, the layer's params (leaves without the layer axis), i: int32 scalar)
+      -> the new carry.
+    carry: the loop's carry (activations, and a stacked cache where the body writes one).
+    stacked: the stacked params, leaves [L', ...] with L' >= count (a model cut after its
+      first `count` layers, layer-skip's, runs the first ones).
+    count: how many layers to run.
+  """
+  first = jax.tree.leaves(stacked)[0].shape[0]
+  if count != first:
+    stacked = jax.tree.map(lambda x: x[:count], stacked)
+
+  def step(c, xs):
+    params, i = xs
+    return body(c, params, i), None
+
+  carry, _ = jax.lax.scan(step, carry, (stacked, jnp.arange(count, dtype=jnp.int32)))
+  return carry
+
+
+def layer_slice(stacked: jax.Array, layer: jax.Array) -> jax.Array:
+  """A batch-major stacked leaf [B, L, ...] -> layer `layer`'s [B, ...]."""
+  return jax.lax.dynamic_index_in_dim(stacked, layer, axis=1, keepdims=False)
+
+
+def write_layer(stacked: jax.Array, new: jax.Array, layer: jax.Array,
+                positions: jax.Array) -> jax.Array:
+  """Writes new [B, ..., K] into layer `layer` of a stacked cache [B, L, ..., T] at the
+  per-row slots positions [B] (only the K new entries are written, in place);
+  positions[b] + K <= T is the caller's job."""
+  new = new.astype(stacked.dtype)[:, None]  # [B, 1, ..., K]
+  zeros = (0,) * (stacked.ndim - 3)
+
+  if stacked.shape[0] == 1:
+    return jax.lax.dynamic_update_slice(stacked, new, (0, layer) + zeros + (positions[0],))
+
+  def one_row(row, row_new, pos):
+    return jax.lax.dynamic_update_slice(row, row_new, (layer,) + zeros + (pos,))
+
+  return jax.vmap(one_row)(stacked, new, positions)

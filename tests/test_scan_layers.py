@@ -1,0 +1,203 @@
+"""Scanned layers (`specjax.models.scan`): a scanned model decodes token for token as its
+unrolled twin, greedy and sampled, chains and trees, with refill, for T5 1.0 / 1.1 and the
+Llama and GPT-2 families; the layouts convert both ways; the program holds one layer."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specjax
+from specjax.core.tree import DynamicTree
+from specjax.models import scan
+from specjax.models.lm import CausalLM
+from specjax.models.lm_config import LMConfig
+from specjax.models.t5 import STACKS, T5
+from specjax.models.t5_config import t5_1_0_tiny, t5_tiny, t5_tiny_draft
+from specjax.proposers.layer_skip import LayerSkip
+
+T5_INPUTS = np.array([[5, 9, 12, 7, 3, 1, 0, 0], [8, 4, 1, 0, 0, 0, 0, 0],
+                      [30, 21, 17, 11, 6, 25, 19, 1], [3, 3, 1, 0, 0, 0, 0, 0],
+                      [12, 6, 9, 1, 0, 0, 0, 0]], np.int32)
+LM_INPUTS = np.array([[5, 9, 12, 7, 3, 0], [8, 0, 0, 0, 0, 0], [30, 21, 17, 0, 0, 0],
+                      [11, 6, 25, 19, 4, 2]], np.int32)
+T1 = specjax.SamplingConfig(temperature=1.0)
+
+
+def _scanned(model):
+  return dataclasses.replace(model, config=dataclasses.replace(model.config, scan_layers=True))
+
+
+def _t5(cfg, seed, layers=3):
+  model = T5(cfg.replace(num_decoder_layers=layers, num_encoder_layers=2))
+  params = model.init(jax.random.PRNGKey(seed))
+  kernel = params['decoder'].get('logits_dense', {}).get('kernel')
+  if kernel is not None:  # EOS likelier: rows stop at different steps
+    params['decoder']['logits_dense']['kernel'] = kernel.at[:, 1].add(0.9)
+  else:
+    params['token_embedder']['embedding'] = params['token_embedder']['embedding'].at[1].mul(-2)
+  return model, params
+
+
+def _lm(family, seed, layers=3):
+  extra = dict(rope_type='llama3', rope_factor=4.0, rope_original_max_len=16) if (
+      family == 'llama') else dict(activation='gelu_new', tie_embeddings=True)
+  cfg = LMConfig(family=family, vocab_size=32, eos_id=1, pad_id=0, max_len=64, head_dim=8,
+                 emb_dim=32, num_heads=4, num_kv_heads=2 if family == 'llama' else 4,
+                 num_layers=layers, mlp_dim=64, **extra)
+  model = CausalLM(cfg)
+  params = model.init(jax.random.PRNGKey(seed))
+  if cfg.tie_embeddings:  # EOS likelier: rows stop at different steps
+    params['embed']['embedding'] = params['embed']['embedding'].at[1].mul(-4 / 1.6)
+  else:
+    params['lm_head']['kernel'] = params['lm_head']['kernel'].at[:, 1].add(0.6)
+  return model, params
+
+
+def _pairs():
+  """(name, target, params, draft, params, inputs) of every family: unrolled models."""
+  out = []
+  for name, cfg in (('t5_1_1', t5_tiny), ('t5_1_0', t5_1_0_tiny)):
+    target, tp = _t5(cfg, 0)
+    draft, dp = _t5(t5_tiny_draft, 1, layers=1)
+    out.append((name, target, tp, draft, dp, T5_INPUTS))
+  for family in ('llama', 'gpt2'):
+    target, tp = _lm(family, 1)
+    draft, dp = _lm(family, 2, layers=1)
+    out.append((family, target, tp, draft, dp, LM_INPUTS))
+  return out
+
+
+PAIRS = {p[0]: p[1:] for p in _pairs()}
+
+
+def _stacks(model):
+  return STACKS if isinstance(model, T5) else ((),)
+
+
+def _to_scanned(model, params):
+  return _scanned(model), scan.to_scanned(params, _stacks(model))
+
+
+def _same(a, b):
+  np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+  np.testing.assert_array_equal(np.asarray(a.lengths), np.asarray(b.lengths))
+
+
+@pytest.mark.parametrize('name', sorted(PAIRS))
+def test_scanned_decodes_as_unrolled(name):
+  """Greedy and T=1, a chain (refilled: 5 or 4 inputs through 2 rows) and a dynamic tree,
+  scanned target and draft against unrolled ones; greedy also against the target alone."""
+  target, tp, draft, dp, inputs = PAIRS[name]
+  s_target, s_tp = _to_scanned(target, tp)
+  s_draft, s_dp = _to_scanned(draft, dp)
+  kw = dict(max_decode_len=10, slots=2)
+  alone = specjax.autoregressive_decode(target, tp, inputs, **kw)
+  assert len(set(np.asarray(alone.lengths).tolist())) > 1  # rows stop at different steps
+  _same(specjax.autoregressive_decode(s_target, s_tp, inputs, **kw), alone)
+  for sampling in (specjax.SamplingConfig(), T1):
+    for shape in (dict(gamma=3), dict(tree=DynamicTree(nodes=6, depth=3, top=2))):
+      run = dict(kw, sampling=sampling, rng=jax.random.PRNGKey(3), **shape)
+      unrolled = specjax.speculative_decode(target, tp, draft, dp, inputs, **run)
+      scanned = specjax.speculative_decode(s_target, s_tp, s_draft, s_dp, inputs, **run)
+      _same(scanned, unrolled)
+      np.testing.assert_array_equal(scanned.stats.target_calls, unrolled.stats.target_calls)
+      if sampling.temperature == 0:
+        _same(scanned, alone)
+
+
+def test_scanned_layer_order_matters():
+  """Negative control: the comparison above can fail. The same stacked params with two
+  layers swapped decode otherwise."""
+  target, tp, _, _, inputs = PAIRS['t5_1_1']
+  s_target, s_tp = _to_scanned(target, tp)
+  swapped = jax.tree.map(lambda x: x[jnp.array([1, 0, 2])], s_tp['decoder'][scan.LAYERS])
+  s_bad = {**s_tp, 'decoder': {**s_tp['decoder'], scan.LAYERS: swapped}}
+  kw = dict(max_decode_len=10)
+  good = specjax.autoregressive_decode(s_target, s_tp, inputs, **kw)
+  bad = specjax.autoregressive_decode(s_target, s_bad, inputs, **kw)
+  assert not np.array_equal(np.asarray(good.tokens), np.asarray(bad.tokens))
+
+
+@pytest.mark.parametrize('name', ['t5_1_1', 'llama'])
+def test_layer_skip_of_a_scanned_target(name):
+  """The target's first 2 of 3 layers draft in its stacked cache: greedy output the
+  target's own, and every counter the unrolled layer-skip's."""
+  target, tp, _, _, inputs = PAIRS[name]
+  s_target, s_tp = _to_scanned(target, tp)
+  kw = dict(max_decode_len=10, gamma=3)
+  unrolled = specjax.speculative_decode(target, tp, LayerSkip(target, 2), {}, inputs, **kw)
+  scanned = specjax.speculative_decode(s_target, s_tp, LayerSkip(s_target, 2), {}, inputs,
+                                       **kw)
+  _same(scanned, unrolled)
+  _same(scanned, specjax.autoregressive_decode(target, tp, inputs, max_decode_len=10))
+  np.testing.assert_array_equal(scanned.stats.accepted, unrolled.stats.accepted)
+
+
+@pytest.mark.parametrize('name', sorted(PAIRS))
+def test_layouts_convert_both_ways(name):
+  """to_scanned stacks layer i at index i; to_unrolled gives back every array; a scanned
+  model's init is its unrolled twin's draw stacked, and its param axes lead with
+  'layers' on exactly the stacked leaves."""
+  target, tp, _, _, _ = PAIRS[name]
+  stacks = _stacks(target)
+  scanned = scan.to_scanned(tp, stacks)
+  for path in stacks:
+    node_u, node_s = tp, scanned
+    for key in path:
+      node_u, node_s = node_u[key], node_s[key]
+    assert 'layers_0' not in node_s
+    for i in range(len(scan.layer_keys(node_u))):
+      jax.tree.map(lambda a, b, i=i: np.testing.assert_array_equal(a[i], b),
+                   node_s[scan.LAYERS], node_u[f'layers_{i}'])
+  back = scan.to_unrolled(scanned, stacks)
+  assert jax.tree.structure(back) == jax.tree.structure(tp)
+  jax.tree.map(np.testing.assert_array_equal, back, tp)
+  s_target = _scanned(target)
+  jax.tree.map(np.testing.assert_array_equal,
+               s_target.init(jax.random.PRNGKey(0)),
+               scan.to_scanned(target.init(jax.random.PRNGKey(0)), stacks))
+  is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, (str, type(None))) for a in x)
+  axes = jax.tree.leaves(s_target.param_axes(), is_leaf=is_axes)
+  shapes = jax.tree.leaves(jax.eval_shape(s_target.init, jax.random.PRNGKey(0)))
+  assert len(axes) == len(shapes)
+  assert all(len(a) == len(s.shape) for a, s in zip(axes, shapes))
+  in_stacks = sum(scan.LAYERS in [p.key for p in path]
+                  for path, _ in jax.tree_util.tree_leaves_with_path(scanned))
+  assert in_stacks > 0
+  assert sum(a[0] == scan.LAYERS for a in axes) == in_stacks
+
+
+def test_scanned_training_is_refused():
+  """Dropout runs only unrolled: one line naming the conversion."""
+  target, tp, _, _, inputs = PAIRS['t5_1_1']
+  s_target, s_tp = _to_scanned(target, tp)
+  with pytest.raises(ValueError, match='to_scanned'):
+    s_target.logits(s_tp, jnp.asarray(inputs), jnp.zeros((5, 3), jnp.int32),
+                    dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize('name', ['t5_1_1', 'llama'])
+def test_one_layer_in_the_program(name):
+  """The scanned decode step's program does not grow with depth (one layer body); the
+  unrolled one's does."""
+  target, _, _, _, _ = PAIRS[name]
+
+  def size(model):
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+    inputs = jnp.zeros((2, 8), jnp.int32)
+    enc = jax.eval_shape(model.encode, params, inputs)
+    cache = jax.eval_shape(lambda: model.init_cache(2, 16))
+    step = lambda p, e, c, t: model.decode(p, e, c, t, jnp.zeros((2,), jnp.int32))
+    text = jax.jit(step).lower(params, enc, cache, jnp.zeros((2, 1), jnp.int32)).as_text()
+    return len(text.splitlines())
+
+  def deeper(model, layers):
+    field = 'num_decoder_layers' if isinstance(model, T5) else 'num_layers'
+    return dataclasses.replace(model, config=dataclasses.replace(model.config,
+                                                                 **{field: layers}))
+
+  s_target = _scanned(target)
+  assert size(deeper(s_target, 8)) == size(deeper(s_target, 2))
+  assert size(deeper(target, 8)) > size(deeper(target, 2))
