@@ -2,6 +2,7 @@
 unrolled twin, greedy and sampled, chains and trees, with refill, for T5 1.0 / 1.1 and the
 Llama and GPT-2 families; the layouts convert both ways; the program holds one layer."""
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -201,3 +202,28 @@ def test_one_layer_in_the_program(name):
   s_target = _scanned(target)
   assert size(deeper(s_target, 8)) == size(deeper(s_target, 2))
   assert size(deeper(target, 8)) > size(deeper(target, 2))
+
+
+def test_the_command_line_decodes_as_unrolled_with_scan_layers(tmp_path, capsys):
+  """`python -m specjax.decode --scan-layers` writes what the unrolled pair writes (the
+  bundled demo pair, converted at load), identical to the target alone."""
+  from specjax import decode  # pylint: disable=import-outside-toplevel
+  src = tmp_path / 'in.txt'
+  src.write_text('Invalid token was supplied\nMove objects and refs by archive\n')
+  outs = []
+  for extra in ([], ['--scan-layers']):
+    out = tmp_path / f'out{len(outs)}.jsonl'
+    args = ['--input', str(src), '--output', str(out), '--gamma', '3', '--json', '--quiet',
+            '--no-compile-cache'] + extra
+    assert decode.main(args) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary['identical_to_target'] is True
+    outs.append(out.read_text())
+  assert outs[0] == outs[1] and outs[0].count('\n') == 2
+
+
+def test_an_eagle_head_refuses_a_scanned_target():
+  target, _, _, _, _ = PAIRS['t5_1_1']
+  from specjax.proposers.eagle import EagleHead  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match='without --scan-layers'):
+    EagleHead(_scanned(target))

@@ -185,6 +185,9 @@ class DecodeConfig:
                                       metavar='DIR')
   use_compile_cache: bool = flag(True, 'compile every program afresh, reading and writing no '
                                  'compile cache', negated='--no-compile-cache')
+  scan_layers: bool = flag(False, 'run each stack of layers as one scanned body (T5X\'s '
+                           'scan_layers): the same output, and a program whose compile time '
+                           'does not grow with depth (docs/tpu_speed.md, "Scanned layers")')
   json: bool = flag(False, 'print the summary as one JSON object')
   quiet: bool = flag(False, 'no progress bar, no translations')
   progress: bool = flag(True, 'a progress bar on stderr', cli=False)

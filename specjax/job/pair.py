@@ -16,6 +16,7 @@ from specjax import checkpoints
 from specjax.checkpoints.registry import BUNDLED, DEFAULT_CHECKPOINTS, T5_VOCAB, bundled
 from specjax.job import drafts
 from specjax.models.lm import CausalLM
+from specjax.models import scan
 from specjax.models.lm_config import LM_CONFIGS
 from specjax.models.t5_config import T5_CONFIGS
 from specjax.parallel import mesh as mesh_lib
@@ -75,6 +76,11 @@ def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=axis_rules.ST
   return model, params
 
 
+def _layout(job, model, params):
+  """(model, params) in the layout --scan-layers asks for (the checkpoints are unrolled)."""
+  return scan.as_scanned(model, params) if job.scan_layers else (model, params)
+
+
 def _vocab(job, model, checkpoint: str, given: Optional[str], target: bool = True):
   """The vocabulary of a model: a decoder-only model's tokenizer (--vocab, else the one a
   bundled pair (manlm_*) ships with, else the one in its checkpoint directory), a T5's
@@ -108,16 +114,16 @@ def load_pair(job, mesh=None):
   """
   target_path = _default(job.target, job.target_checkpoint, '--target-checkpoint')
   rules = job_rules(job)
-  target, tp = _load(job.target, target_path, '--target-checkpoint', job.dtype, mesh, rules,
-                     job.param_dtype)
+  target, tp = _layout(job, *_load(job.target, target_path, '--target-checkpoint', job.dtype,
+                                    mesh, rules, job.param_dtype))
 
   loaded = {}  # the draft model's name, path and model, when --draft involves one
 
   def load_draft(name):  # NAME of copy+NAME, or --draft itself
     path = _default(name, job.draft_checkpoint if name == job.draft else None,
                     '--draft-checkpoint')
-    model, params = _load(name, path, '--draft-checkpoint', job.dtype, mesh, rules,
-                          job.param_dtype)
+    model, params = _layout(job, *_load(name, path, '--draft-checkpoint', job.dtype, mesh,
+                                        rules, job.param_dtype))
     loaded.update(name=name, path=path, model=model)
     return model, params
 

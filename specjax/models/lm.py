@@ -119,6 +119,7 @@ class CausalLM:
   """A Llama-family or GPT-2 decoder on the contract of `specjax.models.base.Model`."""
 
   config: LMConfig
+  LAYER_STACKS = ((),)  # the layers sit at the params' root (`specjax.models.scan`)
 
   @property
   def vocab_size(self) -> int:

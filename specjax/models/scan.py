@@ -19,6 +19,7 @@ Shape letters: L layers, B batch, T cache length, K tokens in this call.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Callable, Sequence, Tuple
 
@@ -119,6 +120,29 @@ def _set(tree, path, value):
   out = dict(tree)
   out[path[0]] = _set(tree[path[0]], path[1:], value)
   return out
+
+
+def _with_scan(model, scanned: bool):
+  """`model` with its config's scan_layers set (T5 and the decoder-only models).
+
+  Raises:
+    ValueError: the model has no scanned layout (one line).
+  """
+  config = getattr(model, 'config', None)
+  if not hasattr(config, 'scan_layers') or not hasattr(model, 'LAYER_STACKS'):
+    raise ValueError(f'{type(model).__name__} has no scanned layout: scanned layers are for '
+                     'T5 and the decoder-only models (Llama, GPT-2)')
+  return dataclasses.replace(model, config=dataclasses.replace(config, scan_layers=scanned))
+
+
+def as_scanned(model, params: PyTree) -> Tuple[Any, PyTree]:
+  """(model, params) in the scanned layout: the same numbers, the layers stacked."""
+  return _with_scan(model, True), to_scanned(params, model.LAYER_STACKS)
+
+
+def as_unrolled(model, params: PyTree) -> Tuple[Any, PyTree]:
+  """(model, params) in the unrolled layout: `layers_{i}` per layer."""
+  return _with_scan(model, False), to_unrolled(params, model.LAYER_STACKS)
 
 
 def run(body: Callable, carry: Any, stacked: PyTree, count: int) -> Any:

@@ -119,6 +119,7 @@ class T5:
   """
 
   config: T5Config
+  LAYER_STACKS = STACKS  # where the params hold layers (`specjax.models.scan`)
 
   @property
   def vocab_size(self) -> int:

@@ -83,6 +83,9 @@ class EagleHead(OfTarget):
     if not hasattr(self.target, 'decoder_layer'):
       raise ValueError('EAGLE heads draft for T5 and decoder-only (Llama, GPT-2) targets; '
                        'pass --draft medusa, layerskip:M or a draft model for this target')
+    if getattr(self.target.config, 'scan_layers', False):
+      raise ValueError('an EAGLE head reads its target\'s unrolled layers: decode without '
+                       '--scan-layers (or convert with specjax.models.scan.as_unrolled)')
 
   @property
   def _t5(self) -> bool:
