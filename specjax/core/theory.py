@@ -107,3 +107,21 @@ def tokens_per_iteration_at_lengths(alpha: float, gamma: int,
   total = sum(k * expected_iterations(alpha, gamma, n) for n, k in counts.items())
   tokens = float(sum(n * k for n, k in counts.items()))
   return tokens / total if total > 0 else expected_tokens_per_call(alpha, gamma)
+
+
+def tree_speedup(tokens_per_call: float, draft_cost: float, verify_cost: float) -> float:
+  """S = E / (draft cost + v): the speedup of a proposal of any shape (a chain or a token
+  tree) over the target alone, the formula's `speedup` with its parts measured apart.
+
+  Args:
+    tokens_per_call: E, tokens produced per target call (e.g. a probe decode's).
+    draft_cost: the proposal's draft calls over one target step (a chain's G c).
+    verify_cost: its verify call over a one-token target call (v(N + 1) for N nodes).
+
+  Returns:
+    The predicted speedup factor.
+  """
+  if tokens_per_call < 0 or draft_cost < 0 or verify_cost <= 0:
+    raise ValueError(f'tokens_per_call and draft_cost must be >= 0 and verify_cost > 0, got '
+                     f'{tokens_per_call}, {draft_cost}, {verify_cost}')
+  return tokens_per_call / (draft_cost + verify_cost)

@@ -14,7 +14,7 @@ from specjax.core.rule import THRESHOLD_RULES, VerificationRule
 from specjax.core.sampling import SamplingConfig
 from specjax.core.tree import DynamicTree, TreeShape
 from specjax.flags import flag
-from specjax.job import drafts
+from specjax.job import drafts, tree_auto
 from specjax.job.inputs import PAD_MODES
 from specjax.job.reader import INPUT_FORMATS
 
@@ -128,10 +128,17 @@ class DecodeConfig:
                              'depth, e.g. 4,2,2,1 (the draft\'s top 4 tokens below the last '
                              'one, its top 2 below each of those, ...); the target verifies '
                              'every node in ONE call and keeps the deepest path the exact '
-                             'tree rule accepts; gamma is the depth (no --gamma auto); '
+                             'tree rule accepts; gamma is the depth (not calibrated); '
                              'with --draft copy: the next tokens of the best different '
-                             'earlier matches, with --draft bigram: the table\'s top tokens',
-                             metavar='B1,B2,...')
+                             'earlier matches, with --draft bigram: the table\'s top tokens. '
+                             'auto: --gamma auto picks the best chain, one of the trees of '
+                             '--auto-trees, or the target alone, by their predicted speedups '
+                             'and a timing of the best against the target alone',
+                             metavar='B1,B2,...|auto')
+  auto_trees: Optional[str] = flag(None, 'with --tree auto: the candidate trees, separated by '
+                                   '";": children per depth (2,1,1,1) or dynamic:N:D[:TOP] '
+                                   f'(default: {tree_auto.DEFAULT}, those the draft grows)',
+                                   metavar='TREES')
   tree_nodes: Optional[int] = flag(None, 'a dynamic token tree (EAGLE-2) instead: N nodes '
                                    'verified per call, grown per row from the draft\'s '
                                    'probabilities; with --tree-depth', metavar='N')
@@ -215,6 +222,8 @@ class DecodeConfig:
     Raises:
       ValueError: a bad --tree string or dynamic tree (one line naming the flags).
     """
+    if self.tree == AUTO:  # chosen by the calibration: `with_tree` gives the choice
+      return None
     if self.tree is not None:
       return TreeShape.parse(self.tree)
     if self.tree_nodes is None and drafts.is_lookahead(self.draft):
@@ -229,14 +238,45 @@ class DecodeConfig:
     return DynamicTree(self.tree_nodes, self.tree_depth, self.tree_top)
 
   def tree_json(self) -> Optional[dict]:
-    """The tree as the summary and the resume fingerprint name it, or None: a chain."""
-    tree = self.token_tree
-    if tree is None:
+    """The tree as the summary and the resume fingerprint name it, or None: a chain (and
+    --tree auto before its choice)."""
+    return tree_auto.to_json(self.token_tree)
+
+  @property
+  def auto_tree_candidates(self) -> list:
+    """The trees --tree auto weighs against the chain: --auto-trees' (default
+    `tree_auto.DEFAULT`, of the kinds the draft grows: static shapes for copy, dynamic
+    trees for retrieval), cut to --max-decode-len deep; [] without --tree auto."""
+    if self.tree != AUTO:
+      return []
+    trees = tree_auto.parse(self.auto_trees)
+    if self.auto_trees is None:
+      trees = tree_auto.of_kinds(trees, static=not drafts.is_retrieval(self.draft),
+                                 dynamic=self.draft != drafts.COPY)
+    return tree_auto.fit(trees, self.max_decode_len)
+
+  def tree_auto_setting(self) -> Optional[list]:
+    """What --tree auto's choice depends on beyond the run's fingerprint (the candidates
+    and --max-gamma), for its cache key; None without --tree auto."""
+    if self.tree != AUTO:
       return None
-    if isinstance(tree, DynamicTree):
-      return dict(kind='dynamic', nodes=tree.nodes, depth=tree.depth, top=tree.top)
-    return dict(kind='static', branching=list(tree.branching), nodes=tree.num_nodes,
-                depth=tree.depth_count)
+    return [self.max_gamma] + [tree_auto.label(t) for t in self.auto_tree_candidates]
+
+  def with_tree(self, tree: Optional[dict]) -> 'DecodeConfig':
+    """A copy that decodes with `tree` as `tree_json` names one (None: a chain): the
+    config --tree auto's choice resolves to.
+
+    Raises:
+      ValueError: not a tree `tree_json` names.
+    """
+    shape = tree_auto.from_json(tree)
+    if shape is None:
+      return self.replace(tree=None, tree_nodes=None, tree_depth=None, tree_top=TREE_TOP)
+    if isinstance(shape, DynamicTree):
+      return self.replace(tree=None, tree_nodes=shape.nodes, tree_depth=shape.depth,
+                          tree_top=shape.top)
+    return self.replace(tree=tree_auto.label(shape), tree_nodes=None, tree_depth=None,
+                        tree_top=TREE_TOP)
 
   def replace(self, **changes) -> 'DecodeConfig':
     """A copy with some fields changed."""
@@ -304,6 +344,12 @@ class DecodeConfig:
                                   or self.tree_depth is not None):
       raise ValueError('--tree (a static tree) and --tree-nodes/--tree-depth (a dynamic one) '
                        'exclude each other: pass one of them')
+    if self.auto_trees is not None and self.tree != AUTO:
+      raise ValueError(f'{tree_auto.FLAG} lists the candidates of --tree auto: pass --tree '
+                       f'auto, or drop {tree_auto.FLAG}')
+    if self.tree == AUTO:
+      self._check_tree_auto()
+      return
     if (self.tree_nodes is None) != (self.tree_depth is None):
       given, missing = (('--tree-nodes', '--tree-depth') if self.tree_depth is None
                         else ('--tree-depth', '--tree-nodes'))
@@ -343,3 +389,36 @@ class DecodeConfig:
       raise ValueError(f'the tree is {depth} deep, more than --max-decode-len '
                        f'{self.max_decode_len}: no output holds that many draft tokens; pass '
                        'a shallower tree or a longer --max-decode-len')
+
+  def _check_tree_auto(self) -> None:
+    """One-line ValueErrors for --tree auto that cannot run as asked (see `check`)."""
+    if self.gamma != AUTO:
+      raise ValueError(f'--tree auto picks the chain\'s gamma or a tree by --gamma auto\'s '
+                       f'calibration: drop --gamma {self.gamma}, or pass a tree (--tree '
+                       'B1,B2,.. or --tree-nodes N --tree-depth D) instead of auto')
+    if self.tree_top != TREE_TOP:
+      raise ValueError('--tree-top shapes a dynamic tree (--tree-nodes); with --tree auto '
+                       f'write it into {tree_auto.FLAG} (dynamic:N:D:TOP): drop --tree-top')
+    tree_rule = self.verification == 'token' or self.rule.typical is not None
+    rules = [] if tree_rule else [f'--verification {self.verification}']
+    rules += ['--draft-threshold'] if self.draft_threshold > 0 else []
+    if rules:
+      raise ValueError(f'--tree auto may pick a tree, which the exact tree rule verifies: drop '
+                       f'{" and ".join(rules)}, or drop --tree auto')
+    if self.draft.startswith((drafts.CASCADE, drafts.HYBRID)):
+      raise ValueError(f'--draft {self.draft} proposes chains only: --tree auto needs a '
+                       'draft that grows trees (a draft model, copy, bigram, layerskip, '
+                       'medusa, eagle, rest, suffix); drop --tree auto (--gamma auto '
+                       'calibrates the chain)')
+    trees = tree_auto.parse(self.auto_trees)
+    if self.auto_trees is not None:
+      wrong = (tree_auto.of_kinds(trees, static=False, dynamic=True)
+               if self.draft == drafts.COPY else
+               tree_auto.of_kinds(trees, static=True, dynamic=False)
+               if drafts.is_retrieval(self.draft) else [])
+      if wrong:
+        kind, other = (('static trees only', 'dynamic') if self.draft == drafts.COPY else
+                       ('the trie of what it retrieves (dynamic trees) only', 'static'))
+        raise ValueError(f'--draft {self.draft} grows {kind}: drop the {other} '
+                         f'{", ".join(tree_auto.label(t) for t in wrong)} from '
+                         f'{tree_auto.FLAG}')

@@ -17,7 +17,7 @@ import numpy as np
 
 from specjax.checkpoints.registry import bundled
 from specjax.core import api, proposal
-from specjax.job import calibrate, gamma_choice, memory_check, task_data
+from specjax.job import calibrate, gamma_choice, memory_check, task_data, tree_auto
 from specjax.job.config import AUTO, DecodeConfig
 from specjax.job.fingerprint import run_fingerprint
 from specjax.job.inputs import batches, pad_to_bucket, tokenize
@@ -105,8 +105,8 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
   tree = job.token_tree
   if tree is not None:  # a tree is used as given: its depth is its gamma
     return tree.depth_count, (None if job.gamma != AUTO else (
-        f'not calibrated: --gamma auto calibrates chains only, so the tree is used as given '
-        f'(gamma {tree.depth_count}, its depth)')), None
+        f'not calibrated: the tree is used as given (gamma {tree.depth_count}, its depth); '
+        '--tree auto picks the chain or a tree by calibration')), None
   if job.gamma != AUTO:
     return job.gamma, None, None
   auto = fingerprint(AUTO)
@@ -123,14 +123,8 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
         f'in {gamma_choice.cache_file()}, so that reruns write the same file (--gamma N '
         f'pins one; delete the file to calibrate again): {hit["reason"]}'), hit['calibration']
   target, tp, draft, dp, _ = pair
-  # With refill the probe streams at least PROBE_INPUTS inputs, so that a small batch is
-  # not timed on a handful of short outputs (noise, not speed, would then pick gamma).
-  count = inputs.unit if not job.refill else max(
-      inputs.unit, -(-min(PROBE_INPUTS, len(inputs.examples)) // job.batch_size)
-      * job.batch_size)
-  probe = inputs.padded(inputs.ids[:count], job.pad_inputs, count)
-  # No gamma past what the draft can propose (Medusa heads: as many as they are).
-  most = min(job.auto_gammas, proposal.max_depth(draft) or job.auto_gammas)
+  probe = _probe(job, inputs)
+  most = _most(job, draft)
   gamma, reason, costs = calibrate.choose_gamma(
       target, tp, draft, dp, probe[:job.batch_size], job.sampling, job.max_decode_len,
       max_gamma=most, probe_gamma=min(4, most), mesh=mesh, rules=job_rules(job), probe=probe,
@@ -144,6 +138,64 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
   if kept:
     reason += f'{KEPT_IN}{kept} for reruns of this setting'
   return gamma, reason, calibration
+
+
+def _probe(job: DecodeConfig, inputs: Inputs) -> np.ndarray:
+  """[U, W] the inputs `--gamma auto` decodes and times: one unit, or with refill at least
+  PROBE_INPUTS inputs, so that a small batch is not timed on a handful of short outputs
+  (noise, not speed, would then pick gamma)."""
+  count = inputs.unit if not job.refill else max(
+      inputs.unit, -(-min(PROBE_INPUTS, len(inputs.examples)) // job.batch_size)
+      * job.batch_size)
+  return inputs.padded(inputs.ids[:count], job.pad_inputs, count)
+
+
+def _most(job: DecodeConfig, draft) -> int:
+  """The deepest proposal `--gamma auto` considers: --max-gamma, at most L and what the
+  draft can propose (Medusa heads: as many as they are)."""
+  return min(job.auto_gammas, proposal.max_depth(draft) or job.auto_gammas)
+
+
+def _choose_tree(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
+                 fingerprint: Callable[[DecodeConfig, object], dict]) -> tuple:
+  """`--tree auto`: (the config resolved to the choice (`DecodeConfig.with_tree`), gamma,
+  reason, calibration): the resumed sampled run's choice, the one cached for the setting,
+  or else calibrated (`calibrate.choose_tree`) and cached."""
+  auto = fingerprint(job, AUTO)
+  resumed = gamma_choice.resumed_choice(
+      output.stored_fingerprint() if output is not None else None, auto)
+  if resumed is not None:
+    gamma, tree = resumed
+    return job.with_tree(tree), gamma, (
+        f'{tree_auto.describe(gamma, tree_auto.from_json(tree))}, the choice of the run that '
+        f'wrote {output.path}, which this run resumes'), None
+  key = gamma_choice.setting_key(auto, job)
+  hit = None if job.recalibrate else gamma_choice.cached(key)
+  if hit and 'tree' in hit:
+    try:
+      tree = tree_auto.from_json(hit['tree'])
+    except ValueError:  # not an entry this code wrote: calibrate again
+      hit = None
+  if hit and 'tree' in hit:
+    return job.with_tree(hit['tree']), hit['gamma'], (
+        f'{tree_auto.describe(hit["gamma"], tree)}, as calibrated for this setting on '
+        f'{hit["date"]} and kept in {gamma_choice.cache_file()}, so that reruns write the '
+        'same file (--gamma N or --tree B1,B2,.. pins one; --recalibrate measures again): '
+        f'{hit["reason"]}'), hit['calibration']
+  target, tp, draft, dp, _ = pair
+  probe = _probe(job, inputs)
+  most = _most(job, draft)
+  trees = tree_auto.fit(job.auto_tree_candidates,  # no deeper than the draft proposes
+                        min(job.max_decode_len, proposal.max_depth(draft) or job.max_decode_len))
+  gamma, tree, reason, calibration = calibrate.choose_tree(
+      target, tp, draft, dp, probe[:job.batch_size], job.sampling, job.max_decode_len,
+      trees, max_gamma=most, probe_gamma=min(4, most), mesh=mesh, rules=job_rules(job),
+      probe=probe, slots=job.batch_size if job.refill else None, **rule_kwargs(job))
+  chosen = tree_auto.to_json(tree)
+  kept = gamma_choice.remember(key, gamma, reason, calibration, tree=chosen, tree_auto=True)
+  if kept:
+    reason += f'{KEPT_IN}{kept} for reruns of this setting'
+  return job.with_tree(chosen), gamma, reason, calibration
 
 
 def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
@@ -178,11 +230,15 @@ def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
   block, block_flag = _block(job)
   memory_check.check_fits(target, draft, job.batch_size, inputs.ids.shape[1],
                           job.max_decode_len, block, mesh, block_flag)
-  fingerprint = lambda g: run_fingerprint(job, target, tp, draft, dp, digest, prefix, vocab,
-                                          g)
-  gamma, gamma_reason, calibration = _choose_gamma(job, pair, inputs, mesh, output,
-                                                   fingerprint)
-  skip = output.begin(fingerprint(gamma), examples) if output is not None else 0
+  fingerprint = lambda j, g: run_fingerprint(j, target, tp, draft, dp, digest, prefix,
+                                             vocab, g)
+  if job.tree == AUTO:  # the choice resolves the config to the chain or tree it picked
+    job, gamma, gamma_reason, calibration = _choose_tree(job, pair, inputs, mesh, output,
+                                                         fingerprint)
+  else:
+    gamma, gamma_reason, calibration = _choose_gamma(
+        job, pair, inputs, mesh, output, lambda g: fingerprint(job, g))
+  skip = output.begin(fingerprint(job, gamma), examples) if output is not None else 0
   totals, identical, widths = _decode(job, gamma, pair, inputs, mesh, skip, output,
                                       on_record)
   tree = job.tree_json()
@@ -207,6 +263,9 @@ def _block(job: DecodeConfig) -> tuple:
   if tree is not None:
     return tree.num_nodes, (f'--tree {job.tree}' if job.tree else
                             f'--tree-nodes {tree.num_nodes}')
+  nodes = [t.num_nodes for t in job.auto_tree_candidates]  # --tree auto's
+  if nodes and max(nodes) > job.auto_gammas:
+    return max(nodes), f'--tree auto (up to {max(nodes)} nodes: {tree_auto.FLAG})'
   if job.gamma == AUTO:
     return job.auto_gammas, f'--gamma auto (up to gamma {job.auto_gammas})'
   return job.gamma, None

@@ -13,6 +13,9 @@ two outputs. Here a sampled run's choice is a function of its setting:
 
 Greedy runs are cached alike: their predictions do not depend on gamma, but each record's
 counters (target calls, accepted drafts) do.
+
+`--tree auto`'s choice (a chain's gamma, a tree, or the target alone) is kept and reused
+the same way, under a key that adds its candidates (`DecodeConfig.tree_auto_setting`).
 """
 from __future__ import annotations
 
@@ -46,9 +49,13 @@ def cache_file() -> str:
 
 def setting_key(fingerprint: dict, job) -> str:
   """sha256 of what a run's gamma choice depends on: the fingerprint without the
-  seed and gamma, the batch, refill, padding and mesh, and the devices it runs on."""
+  seed and gamma, the batch, refill, padding and mesh, and the devices it runs on; with
+  --tree auto, its candidates too (`DecodeConfig.tree_auto_setting`)."""
   devices = jax.devices()
   setting = {k: v for k, v in fingerprint.items() if k != 'seed and gamma'}
+  auto = getattr(job, 'tree_auto_setting', lambda: None)()
+  if auto is not None:  # a chain's key stays as it was
+    setting['tree auto'] = auto
   setting.update(batch=[job.batch_size, job.refill, job.pad_inputs], mesh=job.mesh,
                  devices=[jax.default_backend(), devices[0].device_kind, len(devices)])
   return hashlib.sha256(json.dumps(setting, sort_keys=True, default=repr).encode()
@@ -65,19 +72,24 @@ def _read_cache() -> dict:
 
 
 def cached(key: str) -> Optional[dict]:
-  """The cached choice for `key`: {'gamma', 'reason', 'calibration', 'date'}, or None."""
+  """The cached choice for `key`: {'gamma', 'reason', 'calibration', 'date'} (and with
+  --tree auto 'tree': the chosen tree as `DecodeConfig.tree_json` names it, None for a
+  chain or the target alone), or None."""
   entry = _read_cache().get(key)
   if isinstance(entry, dict) and isinstance(entry.get('gamma'), int):
     return entry
   return None
 
 
-def remember(key: str, gamma: int, reason: str, calibration: dict) -> Optional[str]:
-  """Keeps a choice in the cache; returns the cache file, or None when it cannot be
-  written (the run goes on; its rerun then calibrates again)."""
+def remember(key: str, gamma: int, reason: str, calibration: dict,
+             tree: Optional[dict] = None, tree_auto: bool = False) -> Optional[str]:
+  """Keeps a choice in the cache (with `tree_auto`, its tree too: None for a chain or the
+  target alone); returns the cache file, or None when it cannot be written (the run goes
+  on; its rerun then calibrates again)."""
   data = _read_cache()
   data[key] = {'gamma': gamma, 'reason': reason, 'calibration': calibration,
-               'date': datetime.date.today().isoformat()}
+               'date': datetime.date.today().isoformat(), **({'tree': tree} if tree_auto
+                                                            else {})}
   try:
     reports.write_json(cache_file(), data)
   except OSError:
@@ -99,3 +111,16 @@ def resumed_gamma(sidecar_fingerprint: Optional[dict], fingerprint: dict) -> Opt
       and stored[0] == mine[0] and isinstance(stored[1], int)):
     return stored[1]
   return None
+
+
+def resumed_choice(sidecar_fingerprint: Optional[dict], fingerprint: dict) -> Optional[tuple]:
+  """With --tree auto: (gamma, tree) of the sampled run being resumed, the tree as its
+  sidecar records it (None: a chain), when everything but the gamma and the tree is this
+  run's (`fingerprint`, --tree auto's before its choice); else None."""
+  if not sidecar_fingerprint:
+    return None
+  stored = {k: v for k, v in sidecar_fingerprint.items() if k != 'tree'}
+  gamma = resumed_gamma(stored, fingerprint)
+  if gamma is None:
+    return None
+  return gamma, sidecar_fingerprint.get('tree')
