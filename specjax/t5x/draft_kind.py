@@ -10,21 +10,60 @@ DRAFT_KIND), as `--draft` names them on the command line:
 - 'layerskip:M': the target's own first M decoder layers, drafting in the target's cache;
   no params of its own (nothing under `draft`) and no checkpoint, or, with
   DRAFT_CHECKPOINT_PATH, the early exit that `python -m specjax.train_draft --kind
-  layerskip --layers M` trained (under `draft`).
+  layerskip --layers M` trained (under `draft`);
+- 'suffix': continuations of the row's own earlier text, its output and its input
+  (`specjax.proposers.suffix`);
+- 'lookahead' or 'lookahead:W,N,G': lookahead decoding, the target's own Jacobi window of
+  W guesses and G n-grams of N tokens from its pool (`specjax.proposers.lookahead`;
+  'lookahead' is 5,3,4), verified as one tree of its own shape;
+- 'rest:DIR': continuations retrieved from the datastore that `python -m specjax.datastore
+  build` wrote to DIR (`specjax.proposers.rest`); 'rest:DIR+suffix': one trie of both's
+  continuations (`specjax.proposers.trie.Mixture`).
+
+The last three need no draft model and no checkpoint: nothing goes under `draft` in the
+params tree, and DRAFT_CHECKPOINT_PATH and DRAFT_MODULE stay unbound. A datastore's arrays
+(the corpus [L] and its suffix array [L'] and document starts [S], int32) do not go into
+the params tree either: they are constants of the decode, which `DraftKind.draft_params`
+hands it, replicated on every device of T5X's mesh as the command line's mesh replicates
+them (`RestDraft.param_axes` is all None). As params they would be cast by T5X's restore to
+`RestoreCheckpointConfig.dtype` (bfloat16 in T5X's infer.gin, which cannot hold ids above
+256), handed to the optimizer by `t5x.train`, written into every checkpoint, and the restore
+hook `specjax.t5x.restore.fill_draft` would have to find them in a checkpoint that holds
+none. They are read and checked once, when gin builds the model.
+
+Trees follow the command line: 'suffix' and 'rest' verify a chain of GAMMA drafts or the
+trie of what they retrieve as a dynamic tree (`speculative.from_model.tree` bound to a
+`specjax.core.tree.DynamicTree`, `--tree-nodes/--tree-depth`), never a static branching;
+'lookahead' verifies its own tree (`LookaheadDraft.tree_spec`; GAMMA is its depth), so
+`tree` stays unbound.
 
 Imports no t5x.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
+from specjax.core.tree import DynamicTree
+from specjax.datastore import store as datastore
 from specjax.drafting import heads_io
+from specjax.proposers import draft_names as drafts
+from specjax.proposers import rest as rest_lib
 from specjax.proposers.layer_skip import LayerSkip
+from specjax.proposers.lookahead import LookaheadDraft
+from specjax.proposers.suffix import SuffixDraft
+from specjax.proposers.trie import Mixture
 from specjax.t5x import restore
 
 MODEL, LAYER_SKIP = 'model', 'layerskip'
-KINDS = "'model', 'eagle', 'medusa' or 'layerskip:M'"
+SUFFIX, LOOKAHEAD, REST = drafts.SUFFIX, drafts.LOOKAHEAD, drafts.REST
+REST_SUFFIX = REST + drafts.PLUS_SUFFIX  # 'rest+suffix': the name of 'rest:DIR+suffix'
+# The kinds that retrieve continuations and verify a chain or their trie (a dynamic tree).
+RETRIEVAL = (SUFFIX, REST, REST_SUFFIX)
+# The kinds with no draft model, no checkpoint and no params: the three above and lookahead.
+PARAMLESS = RETRIEVAL + (LOOKAHEAD,)
+KINDS = ("'model', 'eagle', 'medusa', 'layerskip:M', 'suffix', 'lookahead[:W,N,G]', "
+         "'rest:DIR' or 'rest:DIR+suffix'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,28 +71,40 @@ class DraftKind:
   """A checked draft kind.
 
   Attributes:
-    name: 'model', 'eagle', 'medusa' or 'layerskip'.
+    name: 'model', 'eagle', 'medusa', 'layerskip', 'suffix', 'lookahead', 'rest' or
+      'rest+suffix'.
     layers: M of 'layerskip:M' (0 for the others).
-    path: DRAFT_CHECKPOINT_PATH (None for layer-skip without a trained exit).
+    path: DRAFT_CHECKPOINT_PATH (None for layer-skip without a trained exit), or DIR of
+      'rest:DIR' and 'rest:DIR+suffix'.
     heads: the draft.json of trained heads or of an early exit, else None.
+    lookahead: (W, N, G) of 'lookahead[:W,N,G]', else ().
+    datastore: the datastore of 'rest:DIR' (`specjax.datastore.Datastore`: tokens [L] and
+      suffixes [L'] int32), read and checked when the kind was parsed, else None.
   """
 
   name: str
   layers: int = 0
   path: Optional[str] = None
   heads: Optional[dict] = dataclasses.field(default=None, compare=False, hash=False)
+  lookahead: Tuple[int, ...] = ()
+  datastore: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
   @property
   def has_params(self) -> bool:
     """Whether the draft has params of its own (under the params tree's `draft`)."""
+    if self.name in PARAMLESS:
+      return False
     return self.name != LAYER_SKIP or self.path is not None
 
   def proposer(self, target) -> Any:
     """The proposer of a kind that drafts from `target` (not 'model').
 
     Raises:
-      ValueError: M outside 1 .. L - 1, or heads trained for another target (one line).
+      ValueError: M outside 1 .. L - 1, heads trained for another target, or a datastore
+        whose ids the target cannot emit (one line).
     """
+    if self.name in PARAMLESS:
+      return self._paramless(target)[0]
     try:
       if self.name != LAYER_SKIP:
         return heads_io.heads_for(self.heads, target, self.path, self.name)
@@ -63,9 +114,83 @@ class DraftKind:
     except ValueError as e:
       raise ValueError(f'DRAFT_CHECKPOINT_PATH {self.path!r}: {e}') from None
 
+  def draft_params(self, target, stored: Any) -> Any:
+    """The draft's params as the decode reads them.
+
+    Args:
+      target: the specjax target the draft drafts for.
+      stored: what the params tree holds under `draft` ({} where nothing).
+
+    Returns:
+      `stored` for the kinds with params or none; for 'rest' the datastore's arrays
+      {'tokens' [L], 'suffixes' [L'], 'starts' [S]} (int32, constants of the decode: module
+      doc), for 'rest+suffix' {'0': those, '1': {}}.
+    """
+    if self.name in (REST, REST_SUFFIX):
+      return self._paramless(target)[1]
+    return stored
+
+  def tree(self, tree):
+    """The tree the decode verifies, given `speculative.from_model.tree` as a TreeShape,
+    a DynamicTree or None (a chain): lookahead's own tree, else `tree`.
+
+    Raises:
+      ValueError: a tree bound for 'lookahead', or a static tree for 'suffix' or 'rest'
+        (one line naming the fix).
+    """
+    if self.name == LOOKAHEAD:
+      spec = LookaheadDraft(1, *self.lookahead).tree_spec()
+      if tree is not None:
+        raise ValueError(f'DRAFT_KIND {self._spec()!r} verifies its window and n-grams as '
+                         f'one tree of its own ({spec.nodes} nodes, {spec.depth} deep): '
+                         'leave speculative.from_model.tree unbound')
+      return spec
+    if self.name in RETRIEVAL and tree is not None and not isinstance(tree, DynamicTree):
+      raise ValueError(f'DRAFT_KIND {self._spec()!r} proposes the trie of what it '
+                       'retrieves, not a fixed branching: bind a dynamic tree '
+                       '(@tree.DynamicTree() with its nodes and depth, as --tree-nodes and '
+                       '--tree-depth), or leave it unbound for a chain of GAMMA drafts')
+    return tree
+
+  def _spec(self) -> str:
+    """The DRAFT_KIND this kind was parsed from."""
+    if self.name == LOOKAHEAD:
+      return f'{LOOKAHEAD}:{",".join(map(str, self.lookahead))}'
+    if self.name == REST:
+      return f'{REST}:{self.path}'
+    if self.name == REST_SUFFIX:
+      return f'{REST}:{self.path}{drafts.PLUS_SUFFIX}'
+    return self.name
+
+  def _paramless(self, target) -> Tuple[Any, Any]:
+    """(proposer, params) of 'suffix', 'lookahead', 'rest' or 'rest+suffix' for `target`.
+
+    Raises:
+      ValueError: the datastore holds ids the target cannot emit (one line).
+    """
+    suffix = SuffixDraft(target.vocab_size, source=bool(target.encoded_axes()),
+                         eos_id=target.eos_id, pad_id=target.pad_id)
+    if self.name == SUFFIX:
+      return suffix, {}
+    if self.name == LOOKAHEAD:
+      return drafts.lookahead(self._spec(), target), {}
+    store = self.datastore
+    if store.vocab_size > target.vocab_size:
+      raise ValueError(f'DRAFT_KIND {self._spec()!r}: {_too_wide(store, target.vocab_size)}')
+    rest, params = rest_lib.from_arrays(store.tokens, store.suffixes, store.max_query, target)
+    if self.name == REST:
+      return rest, params
+    return Mixture((rest, suffix)), {'0': params, '1': {}}
+
+
+def _too_wide(store, logits: int) -> str:
+  return (f'datastore {store.path} was built with a vocabulary of {store.vocab_size} ids, '
+          f'more than the target\'s {logits} logits; build it with the target\'s vocabulary')
+
 
 def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
-          target_layers: Optional[int] = None) -> DraftKind:
+          target_layers: Optional[int] = None, *, vocabulary=None,
+          vocab_size: Optional[int] = None) -> DraftKind:
   """The DraftKind of speculative.from_model's draft_kind, draft_module and
   draft_checkpoint_path, checked when gin builds the model (before any restore).
 
@@ -73,11 +198,17 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
     kind, draft_module, draft_checkpoint_path: the model's arguments of those names.
     target_layers: L, the target module's decoder layers where its config says (M of
       'layerskip:M' must be below it), else None (checked when the decode is built).
+    vocabulary: the model's output vocabulary, which a datastore ('rest:DIR') must have
+      been built with (`comparable_vocabulary`); None: not compared.
+    vocab_size: V, the target module's logits where its config says (a datastore's ids
+      must be below it), else None (checked when the decode is built).
 
   Raises:
     ValueError: an unknown kind, a kind without what it reads (a checkpoint, trained
-      heads of that kind), or with what it does not (a module or checkpoint for a
-      layer-skip draft): one line naming the gin binding.
+      heads of that kind, a datastore), with what it does not (a module or checkpoint for
+      a layer-skip, suffix, lookahead or rest draft), bad W,N,G of 'lookahead:W,N,G', or a
+      datastore that is missing, empty, damaged or built with another vocabulary: one line
+      naming the gin binding.
   """
   path = draft_checkpoint_path
   if not isinstance(kind, str):
@@ -123,8 +254,73 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
       raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r} holds a {meta.get("kind")} draft, '
                        f'not {kind} heads: set DRAFT_KIND = \'{meta.get("kind")}\'')
     return DraftKind(kind, path=path, heads=meta)
-  raise ValueError(f'speculative.from_model.draft_kind (DRAFT_KIND) takes {KINDS}, got '
-                   f'{kind!r}')
+  name = paramless_name(kind)
+  if name is None:
+    raise ValueError(f'speculative.from_model.draft_kind (DRAFT_KIND) takes {KINDS}, got '
+                     f'{kind!r}')
+  values, store = (), None
+  if name == LOOKAHEAD:
+    try:
+      values = drafts.parse_lookahead(kind)
+    except ValueError:
+      ranges = ', '.join(f'{k} in {a}..{b}' for k, (a, b) in drafts.LOOKAHEAD_BOUNDS.items())
+      raise ValueError(f'DRAFT_KIND {kind!r}: pass \'lookahead\' or \'lookahead:W,N,G\' '
+                       f'(window, n-gram size, guesses), e.g. \'lookahead:5,3,4\', with '
+                       f'{ranges}') from None
+  if name in (REST, REST_SUFFIX):
+    path = kind[len(REST) + 1:] if kind.startswith(REST + ':') else ''
+    path = path[:-len(drafts.PLUS_SUFFIX)] if name == REST_SUFFIX else path
+    if not path:
+      raise ValueError(f'DRAFT_KIND {kind!r} needs its datastore: pass \'rest:DIR\' (or '
+                       f'\'rest:DIR+suffix\'), DIR what {datastore.BUILD_COMMAND} --output '
+                       'DIR wrote')
+  what = {SUFFIX: 'the row\'s own text', LOOKAHEAD: 'the target\'s own guesses',
+          REST: 'its datastore', REST_SUFFIX: 'its datastore and the row\'s own text'}[name]
+  for binding, value in (('DRAFT_MODULE', draft_module),
+                         ('DRAFT_CHECKPOINT_PATH', draft_checkpoint_path)):
+    if value is not None:
+      raise ValueError(f'DRAFT_KIND {kind!r} drafts from {what}, with no draft model or '
+                       f'checkpoint: leave {binding} unbound (None)')
+  if name in (REST, REST_SUFFIX):
+    try:
+      store = datastore.load(path, comparable_vocabulary(vocabulary))
+    except (FileNotFoundError, OSError, ValueError) as e:
+      raise ValueError(f'DRAFT_KIND {kind!r}: {" ".join(str(e).split())}') from None
+    if vocab_size is not None and store.vocab_size > vocab_size:
+      raise ValueError(f'DRAFT_KIND {kind!r}: {_too_wide(store, vocab_size)}')
+  return DraftKind(name, path=path or None, lookahead=values, datastore=store)
+
+
+def paramless_name(kind: str) -> Optional[str]:
+  """'suffix', 'lookahead', 'rest' or 'rest+suffix' for a DRAFT_KIND of those (with or
+  without its settings: 'lookahead:W,N,G', 'rest:DIR', 'rest:DIR+suffix'), else None."""
+  if kind == SUFFIX:
+    return SUFFIX
+  if drafts.is_lookahead(kind):
+    return LOOKAHEAD
+  if kind in (REST, REST_SUFFIX) or kind.startswith(REST + ':'):
+    return REST_SUFFIX if kind.endswith(drafts.PLUS_SUFFIX) else REST
+  return None
+
+
+def comparable_vocabulary(vocabulary) -> Any:
+  """What a datastore's vocabulary fingerprint is compared with (`specjax.datastore.load`):
+  `vocabulary` itself where it has `serialized()` (specjax's), the SentencePiece model
+  file of a seqio `SentencePieceVocabulary` read as `python -m specjax.datastore build
+  --vocab FILE` reads it (its extra ids are not in the file), else None: a vocabulary
+  without a model file (seqio's PassThroughVocabulary) is not compared, and only its
+  size is checked.
+
+  Raises:
+    FileNotFoundError, ValueError: the model file does not read (one line).
+  """
+  if vocabulary is None or hasattr(vocabulary, 'serialized'):
+    return vocabulary
+  path = getattr(vocabulary, 'sentencepiece_model_file', None)
+  if not path:
+    return None
+  from specjax import checkpoints  # pylint: disable=import-outside-toplevel
+  return checkpoints.load_vocab(path)
 
 
 def _read(path: str) -> dict:

@@ -7,8 +7,9 @@ network, or flaxformer's unscanned T5 1.1) has exactly the param tree of
 `specjax.models.t5.T5`. The draft's params live in the same tree under `DRAFT_KEY`, so
 T5X's partitioner shards them with its rules; `specjax.t5x.restore.fill_draft` fills them
 from the draft's checkpoint when a target-only checkpoint is restored. The draft is a
-model, trained heads on the target's hidden states (EAGLE, Medusa) or the target's own
-first layers (`specjax.t5x.draft_kind`). Training, scoring
+model, trained heads on the target's hidden states (EAGLE, Medusa), the target's own
+first layers, or a draft with no model and no params (suffix, lookahead, a REST datastore,
+whose arrays are constants of the decode; `specjax.t5x.draft_kind`). Training, scoring
 and evaluation losses are the parent's, on the target alone. Shape letters: B examples,
 N decodes per example, S input length, L decoder length.
 """
@@ -103,9 +104,12 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
       checkpoint without the draft (`specjax.t5x.restore.fill_draft`) and, without
       draft_module, for its shapes.
     draft_kind: 'model' (a draft model), 'eagle' or 'medusa' (heads that `python -m
-      specjax.train_draft` trained, at draft_checkpoint_path), or 'layerskip:M' (the
+      specjax.train_draft` trained, at draft_checkpoint_path), 'layerskip:M' (the
       target's first M decoder layers: no module; no checkpoint, or the early exit
-      `train_draft --kind layerskip` trained at draft_checkpoint_path); `--draft`'s names.
+      `train_draft --kind layerskip` trained at draft_checkpoint_path), or, with no
+      module, checkpoint or params, 'suffix', 'lookahead[:W,N,G]', 'rest:DIR' or
+      'rest:DIR+suffix' (DIR a datastore, checked against output_vocabulary);
+      `--draft`'s names (`specjax.t5x.draft_kind`).
     gamma: draft tokens per target call.
     temperature, topk, topp, max_decode_steps: the sampling defaults, T5X's conventions
       (temperature at most 1e-4 is greedy; topk 1, temperature_sample's default, is the
@@ -117,7 +121,8 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
       (`specjax.core.rule.VerificationRule`).
     tree: a token tree verified in one target call instead of a chain of gamma drafts:
       children per depth ('4,2,2,1', as `--tree`), or a `specjax.core.tree.DynamicTree`;
-      gamma is then the tree's depth. None: a chain.
+      gamma is then the tree's depth. None: a chain. 'suffix' and 'rest' take a chain or
+      a DynamicTree; 'lookahead' verifies its own tree (leave this None).
     t5x_rounding: compute in bfloat16 as T5X's network does (rounding its norms, position
       bias and attention where T5X does; docs/bfloat16.md); float32 is unaffected.
   """
@@ -139,9 +144,11 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                      loss_normalizing_factor=loss_normalizing_factor,
                      default_decoder_params=default_decoder_params)
     # Everything is checked here, when gin builds the model, before any restore.
+    config = getattr(module, 'config', None)
     self.draft_kind = draft_kinds.parse(
         draft_kind, draft_module, draft_checkpoint_path,
-        getattr(getattr(module, 'config', None), 'num_decoder_layers', None))
+        getattr(config, 'num_decoder_layers', None), vocabulary=output_vocabulary,
+        vocab_size=getattr(config, 'vocab_size', None))
     if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
       raise ValueError(f'GAMMA (speculative.from_model.gamma) must be an integer >= 1 (draft '
                        f'tokens per target call), got {gamma!r}')
@@ -151,13 +158,14 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     except ValueError as e:
       raise ValueError(f'speculative.from_model: {e}') from None
     try:
-      self.tree = api.tree_shape(tree)
+      self.tree = self.draft_kind.tree(api.tree_shape(tree))  # lookahead's own, or tree
     except ValueError as e:
       raise ValueError(f'speculative.from_model.tree: {e}') from None
     if self.tree is not None and (self.rule.verification != 'token' or
                                   self.rule.draft_threshold > 0.0):
+      drop = 'or drop the tree' if tree is not None else f'as DRAFT_KIND {draft_kind!r} needs'
       raise ValueError('speculative.from_model.tree: a tree is verified by the tree rule; '
-                       'leave verification and draft_threshold unbound, or drop the tree')
+                       f'leave verification and draft_threshold unbound, {drop}')
     settings = decode_settings.sampling_settings(decode_fn)
     given = dict(temperature=temperature, topk=topk, topp=topp,
                  max_decode_steps=max_decode_steps)
@@ -194,7 +202,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
 
   def get_initial_variables(self, rng, input_shapes, input_types=None):
     """The target's initial variables with the draft's added under `DRAFT_KEY` (none for a
-    layer-skip draft, which reads the target's)."""
+    layer-skip draft, which reads the target's, nor for suffix, lookahead and rest)."""
     variables = flax.core.unfreeze(super().get_initial_variables(rng, input_shapes,
                                                                  input_types))
     if not self.draft_kind.has_params:
@@ -281,6 +289,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                        'eos_id and decode_rng')
     target, draft = self.specjax_models(params)
     target_params, draft_params = decoding.split_params(params, DRAFT_KEY)
+    draft_params = self.draft_kind.draft_params(target, draft_params)  # a datastore's arrays
     length = batch['decoder_input_tokens'].shape[1]  # L
     steps = length if self.max_decode_steps is None else min(length,
                                                              int(self.max_decode_steps))
