@@ -227,3 +227,14 @@ def test_an_eagle_head_refuses_a_scanned_target():
   from specjax.proposers.eagle import EagleHead  # pylint: disable=import-outside-toplevel
   with pytest.raises(ValueError, match='without --scan-layers'):
     EagleHead(_scanned(target))
+
+
+def test_scan_unroll_keeps_the_output():
+  """scan_unroll (layers per scan iteration: straight-line code at L) changes the program,
+  not the tokens."""
+  target, tp, _, _, inputs = PAIRS['t5_1_1']
+  s_target, s_tp = _to_scanned(target, tp)
+  unrolled_scan = dataclasses.replace(s_target, config=s_target.config.replace(scan_unroll=3))
+  kw = dict(max_decode_len=10)
+  _same(specjax.autoregressive_decode(unrolled_scan, s_tp, inputs, **kw),
+        specjax.autoregressive_decode(target, tp, inputs, **kw))

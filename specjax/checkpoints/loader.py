@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from specjax.checkpoints import hf_files, t5x, t5x_orbax
+from specjax.checkpoints import hf_files, t5x, t5x_orbax, t5x_scanned
+from specjax.models import scan
 from specjax.models.lm import CausalLM
 from specjax.models.lm_config import LM_CONFIGS, LMConfig
 from specjax.models.t5 import T5
@@ -88,7 +89,9 @@ def config_from_params(params: PyTree) -> T5Config:
 
   The activation of a single-`wi` MLP is taken to be ReLU (v1.0) and of `wi_0`/`wi_1` to
   be gated GELU (v1.1), as in every public checkpoint; the relative-position max distance
-  is not stored and is taken as 128.
+  is not stored and is taken as 128. Layers stacked under `layers` (specjax's scanned
+  layout, `t5x_scanned.from_t5x`) give `scan_layers`, a table in each layer
+  `relpos_per_layer`.
 
   Args:
     params: nested dict of arrays (or anything with `.shape`) with T5X names.
@@ -97,20 +100,43 @@ def config_from_params(params: PyTree) -> T5Config:
     The T5Config, named after the registry preset it equals when there is one.
   """
   enc, dec = params['encoder'], params['decoder']
-  heads, buckets = enc['relpos_bias']['rel_embedding'].shape
+  scanned = scan.is_scanned(params, ('encoder',))
+  first = (lambda stack: jax.tree.map(lambda x: _Shape(x.shape[1:]), stack[scan.LAYERS])
+           if scanned else stack['layers_0'])
+  count = (lambda stack: stack[scan.LAYERS]['pre_mlp_layer_norm']['scale'].shape[0]
+           if scanned else len(scan.layer_keys(stack)))
+  per_layer = 'relpos_bias' not in enc
+  heads, buckets = (first(enc) if per_layer else enc)['relpos_bias']['rel_embedding'].shape
   vocab, emb = params['token_embedder']['embedding'].shape
-  mlp = enc['layers_0']['mlp']
+  mlp = first(enc)['mlp']
   gated = 'wi_0' in mlp
   config = T5Config(
       vocab_size=vocab, emb_dim=emb, num_heads=heads,
-      num_encoder_layers=sum(k.startswith('layers_') for k in enc),
-      num_decoder_layers=sum(k.startswith('layers_') for k in dec),
-      head_dim=enc['layers_0']['attention']['query']['kernel'].shape[1] // heads,
+      num_encoder_layers=count(enc), num_decoder_layers=count(dec),
+      head_dim=first(enc)['attention']['query']['kernel'].shape[1] // heads,
       mlp_dim=(mlp['wi_0'] if gated else mlp['wi'])['kernel'].shape[1],
       mlp_activations=('gelu', 'linear') if gated else ('relu',),
       logits_via_embedding='logits_dense' not in dec,
-      relative_attention_num_buckets=buckets)
+      relative_attention_num_buckets=buckets, relpos_per_layer=per_layer,
+      scan_layers=scanned)
   return _named(config)
+
+
+class _Shape:
+  """Something with a shape (a stacked leaf's one layer, unread)."""
+
+  def __init__(self, shape):
+    self.shape = tuple(shape)
+
+
+def in_layout(params: PyTree, config: T5Config) -> PyTree:
+  """T5 params in the layout `config.scan_layers` names (stacked or per layer)."""
+  scanned = scan.is_scanned(params, ('encoder',))
+  if config.scan_layers and not scanned:
+    return scan.to_scanned(params, T5.LAYER_STACKS)
+  if scanned and not config.scan_layers:
+    return scan.to_unrolled(params, T5.LAYER_STACKS)
+  return params
 
 
 def _config_to_json(config: Union[T5Config, LMConfig]) -> str:
@@ -287,7 +313,10 @@ def _read_checkpoint(fmt: str, path: str, config: Optional[T5Config]
   if fmt in ('t5x', 't5x_orbax'):
     read = t5x.read_t5x_checkpoint if fmt == 't5x' else t5x_orbax.read_t5x_orbax
     params = read(path)
-    return config or config_from_params(params), params
+    if t5x_scanned.is_t5x_scanned(params):
+      params = t5x_scanned.from_t5x(params)
+    config = config or config_from_params(params)
+    return config, in_layout(params, config)
   if fmt == 'hf' and hf_files.is_decoder_only(path):
     lm_config, params = hf_files.load_hf_lm_dir(path)
     return config or lm_config, params

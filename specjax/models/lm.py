@@ -232,7 +232,7 @@ class CausalLM:
     if self.config.scan_layers:
       x, stacked = scan.run(lambda c, p, i: self.decoder_layer(p, *c, layout, layer=i),
                             (x, cache[scan.LAYERS]), params[scan.LAYERS],
-                            self.config.num_layers)
+                            self.config.num_layers, self.config.scan_unroll)
       new_cache = {scan.LAYERS: stacked}
     else:
       new_cache = []
@@ -307,9 +307,10 @@ class CausalLM:
       values = base.write_cache(cache['v'], v, layout.write_start)
       new_cache = {'k': keys, 'v': values}  # [B, M, H, T]
     else:
-      new_cache = {n: scan.write_layer(cache[n], new, layer, layout.write_start)
-                   for n, new in (('k', k), ('v', v))}  # [B, L, M, H, T]
-      keys, values = (scan.layer_slice(new_cache[n], layer) for n in 'kv')
+      (k_stack, keys), (v_stack, values) = (
+          scan.write_layer(cache[n], new, layer, layout.write_start, base.write_cache)
+          for n, new in (('k', k), ('v', v)))  # [B, L, M, H, T], [B, M, H, T]
+      new_cache = {'k': k_stack, 'v': v_stack}
     y = layers.attention(q, keys.astype(dtype), values.astype(dtype), layout.mask)
     x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
     x = x + layers.mlp(layers.norm(x, p['mlp_norm'], c), p['mlp'], c)

@@ -46,6 +46,8 @@ class LMConfig:
     scan_layers: the layers as one body under `jax.lax.scan` (`specjax.models.scan`):
       params under `layers` with a leading layer axis, the cache {'layers': {'k', 'v':
       [B, L, M, H, T]}}; the same numbers as the unrolled layout.
+    scan_unroll: layers per iteration of the scan (1: a loop of L bodies; L: straight-line
+      code of stacked params, which XLA's cost analysis counts layer by layer).
     name: the preset's name, if any.
   """
 
@@ -74,6 +76,7 @@ class LMConfig:
   pad_id: int = 0
   dtype: str = 'float32'
   scan_layers: bool = False
+  scan_unroll: int = 1
   name: str = ''
 
   def __post_init__(self):

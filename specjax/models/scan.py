@@ -9,8 +9,8 @@ compiling it no longer grows with depth (T5X's `scan_layers`).
 A scanned model's cache is stacked too, but stays batch-major as the model contract
 wants (`base.Model.init_cache`): each leaf [B, L, ...] (axes 'batch', 'layers', ...), so
 the loop's per-row moves (refill, a token tree's accepted path, the mesh's batch axis)
-read it as any other cache. Each layer writes only its K new tokens into its slice
-(`write_layer`) and reads its slice (`layer_slice`).
+read it as any other cache. Each layer takes its slice out, writes its K new tokens
+into it as an unrolled layer writes its own cache, and puts it back (`write_layer`).
 
 The two layouts hold the same numbers: `to_scanned` and `to_unrolled` convert a params
 (or param axes) tree either way, so one checkpoint serves both.
@@ -145,7 +145,7 @@ def as_unrolled(model, params: PyTree) -> Tuple[Any, PyTree]:
   return _with_scan(model, False), to_unrolled(params, model.LAYER_STACKS)
 
 
-def run(body: Callable, carry: Any, stacked: PyTree, count: int) -> Any:
+def run(body: Callable, carry: Any, stacked: PyTree, count: int, unroll: int = 1) -> Any:
   """`carry = body(carry, layer_params, i)` for i = 0 .. count-1, as one `lax.scan`.
 
   Args:
@@ -155,6 +155,7 @@ def run(body: Callable, carry: Any, stacked: PyTree, count: int) -> Any:
     stacked: the stacked params, leaves [L', ...] with L' >= count (a model cut after its
       first `count` layers, layer-skip's, runs the first ones).
     count: how many layers to run.
+    unroll: layers per loop iteration (`jax.lax.scan`'s unroll; the same values).
   """
   first = jax.tree.leaves(stacked)[0].shape[0]
   if count != first:
@@ -164,7 +165,8 @@ def run(body: Callable, carry: Any, stacked: PyTree, count: int) -> Any:
     params, i = xs
     return body(c, params, i), None
 
-  carry, _ = jax.lax.scan(step, carry, (stacked, jnp.arange(count, dtype=jnp.int32)))
+  carry, _ = jax.lax.scan(step, carry, (stacked, jnp.arange(count, dtype=jnp.int32)),
+                          unroll=unroll)
   return carry
 
 
@@ -174,17 +176,17 @@ def layer_slice(stacked: jax.Array, layer: jax.Array) -> jax.Array:
 
 
 def write_layer(stacked: jax.Array, new: jax.Array, layer: jax.Array,
-                positions: jax.Array) -> jax.Array:
+                positions: jax.Array, write: Callable) -> Tuple[jax.Array, jax.Array]:
   """Writes new [B, ..., K] into layer `layer` of a stacked cache [B, L, ..., T] at the
-  per-row slots positions [B] (only the K new entries are written, in place);
-  positions[b] + K <= T is the caller's job."""
-  new = new.astype(stacked.dtype)[:, None]  # [B, 1, ..., K]
-  zeros = (0,) * (stacked.ndim - 3)
+  per-row slots positions [B] (positions[b] + K <= T is the caller's job).
 
-  if stacked.shape[0] == 1:
-    return jax.lax.dynamic_update_slice(stacked, new, (0, layer) + zeros + (positions[0],))
+  The layer's slice is taken out, written by `write` (`base.write_cache`, as an unrolled
+  layer writes its own cache) and put back whole: one slice read and one slice write per
+  layer. Writing the K entries straight into the stacked array instead is a scatter
+  across rows, which TPU costs at the whole array's size in every layer.
 
-  def one_row(row, row_new, pos):
-    return jax.lax.dynamic_update_slice(row, row_new, (layer,) + zeros + (pos,))
-
-  return jax.vmap(one_row)(stacked, new, positions)
+  Returns:
+    (the stacked cache [B, L, ..., T], the layer's written slice [B, ..., T]).
+  """
+  written = write(layer_slice(stacked, layer), new, positions)  # [B, ..., T]
+  return jax.lax.dynamic_update_index_in_dim(stacked, written, layer, axis=1), written

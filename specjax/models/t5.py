@@ -51,11 +51,17 @@ class SelfLayout(NamedTuple):
   Attributes:
     write_start: [B] int32, the cache slot of the call's first token.
     mask: [B, K, T] bool, the slots each token attends to.
-    bias: [B, N, K, T], the relative position bias.
+    bias: [B, N, K, T], the relative position bias; None where each layer has its own
+      table (`T5Config.relpos_per_layer`) and computes it from the positions below.
+    query_pos: [B, K] int32, a token tree's query positions (None: a chain's, from
+      write_start).
+    key_pos: [B, T] int32, a token tree's key positions (None: a chain's, the slots).
   """
   write_start: jax.Array
   mask: jax.Array
-  bias: jax.Array
+  bias: jax.Array | None
+  query_pos: jax.Array | None = None
+  key_pos: jax.Array | None = None
 
 
 def _is_spec(x) -> bool:
@@ -91,18 +97,20 @@ def _param_specs(cfg: T5Config) -> PyTree:
         (cfg.num_heads, cfg.relative_attention_num_buckets), ('heads', 'relpos_buckets'),
         relpos_init)}
 
-  encoder = {'relpos_bias': relpos(), 'encoder_norm': {'scale': ones}}
+  own = lambda: {'relpos_bias': relpos()} if cfg.relpos_per_layer else {}
+  shared = {} if cfg.relpos_per_layer else {'relpos_bias': relpos()}
+  encoder = {**shared, 'encoder_norm': {'scale': ones}}
   for i in range(cfg.num_encoder_layers):
     encoder[f'layers_{i}'] = {
         'pre_attention_layer_norm': {'scale': ones}, 'attention': attention(),
-        'pre_mlp_layer_norm': {'scale': ones}, 'mlp': mlp()}
-  decoder = {'relpos_bias': relpos(), 'decoder_norm': {'scale': ones}}
+        'pre_mlp_layer_norm': {'scale': ones}, 'mlp': mlp(), **own()}
+  decoder = {**shared, 'decoder_norm': {'scale': ones}}
   for i in range(cfg.num_decoder_layers):
     decoder[f'layers_{i}'] = {
         'pre_self_attention_layer_norm': {'scale': ones}, 'self_attention': attention(),
         'pre_cross_attention_layer_norm': {'scale': ones},
         'encoder_decoder_attention': attention(),
-        'pre_mlp_layer_norm': {'scale': ones}, 'mlp': mlp()}
+        'pre_mlp_layer_norm': {'scale': ones}, 'mlp': mlp(), **own()}
   if not cfg.logits_via_embedding:
     decoder['logits_dense'] = {'kernel': _ParamSpec((d, v), ('embed', 'vocab'), mlp_init)}
   return {'token_embedder': {'embedding': _ParamSpec((v, d), ('vocab', 'embed'),
@@ -228,14 +236,13 @@ class T5:
     cfg, enc = self.config, params['encoder']
     mask = inputs != self.pad_id  # [B, S]
     key_mask = mask[:, None, :]  # [B, 1, S]: padding keys hidden from every query
-    bias = layers.encoder_position_bias(
-        self._rel_table(enc['relpos_bias']['rel_embedding']), inputs.shape[1],
-        cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
+    bias = (None if cfg.relpos_per_layer else
+            self.encoder_bias(enc['relpos_bias']['rel_embedding'], inputs.shape[1]))
     x = dropout(self.embed(params, inputs))  # [B, S, D]
     if cfg.scan_layers:
       self._no_dropout(dropout)
       x = scan.run(lambda h, p, i: self.encoder_layer(p, h, key_mask, bias), x,
-                   enc[scan.LAYERS], cfg.num_encoder_layers)
+                   enc[scan.LAYERS], cfg.num_encoder_layers, cfg.scan_unroll)
       x = self.rms_norm(x, enc['encoder_norm']['scale'])  # [B, S, D]
       att = params['decoder'][scan.LAYERS]['encoder_decoder_attention']
       kv = {n: jax.vmap(layers.project_kv, (None, 0, None), 1)(
@@ -254,12 +261,23 @@ class T5:
           'v': layers.project_kv(x, att['value']['kernel'], cfg.num_heads)}
     return {'mask': mask, 'cross': cross}
 
-  def encoder_layer(self, p: PyTree, x: jax.Array, key_mask: jax.Array, bias: jax.Array,
+  def encoder_bias(self, rel_embedding: jax.Array, length: int) -> jax.Array:
+    """The encoder's bidirectional bias [1, N, S, S] from a table [N, buckets]."""
+    cfg = self.config
+    return layers.encoder_position_bias(self._rel_table(rel_embedding), length,
+                                        cfg.relative_attention_num_buckets,
+                                        cfg.relative_attention_max_distance)
+
+  def encoder_layer(self, p: PyTree, x: jax.Array, key_mask: jax.Array,
+                    bias: jax.Array | None,
                     dropout: layers.Dropout = layers.NO_DROPOUT) -> jax.Array:
     """One encoder layer (self-attention, MLP; each pre-normed, residual): its params p,
     x [B, S, D] -> [B, S, D]; key_mask [B, 1, S] bool (padding hidden), bias [1, N, S, S]
-    the relative position bias, dropout for training only (see `logits`)."""
+    the relative position bias (None: the layer's own table's), dropout for training only
+    (see `logits`)."""
     cfg = self.config
+    if bias is None:
+      bias = self.encoder_bias(p['relpos_bias']['rel_embedding'], x.shape[1])
     h = self.rms_norm(x, p['pre_attention_layer_norm']['scale'])
     att = p['attention']
     q, k, v = layers.project_qkv(h, att, cfg.num_heads)  # [B, S, N, H], [B, N, H, S]
@@ -349,7 +367,8 @@ class T5:
       cross = {n: scan.layer_slice(a, i) for n, a in encoded['cross'][scan.LAYERS].items()}
       return self.decoder_layer(p, h, kv, layout, cross, encoded['mask'], layer=i)
 
-    x, kv = scan.run(body, (x, cache[scan.LAYERS]), stacked, self.config.num_decoder_layers)
+    x, kv = scan.run(body, (x, cache[scan.LAYERS]), stacked, self.config.num_decoder_layers,
+                     self.config.scan_unroll)
     return x, {scan.LAYERS: kv}
 
   @staticmethod
@@ -370,19 +389,31 @@ class T5:
       num_tokens: K; max_len: T, the cache length.
       tree: None for a chain, or the token tree's layout.
     """
-    cfg, dec = self.config, params['decoder']
-    buckets = (cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
-    table = self._rel_table(dec['relpos_bias']['rel_embedding'])
+    cfg = self.config
     if tree is None:
       write_start = positions.astype(jnp.int32)
       mask = base.causal_mask(write_start, num_tokens, max_len)  # [B, K, T]
-      bias = layers.decoder_position_bias(table, write_start, num_tokens, max_len,
-                                          *buckets)  # [B, N, K, T]
+      layout = SelfLayout(write_start=write_start, mask=mask, bias=None)
     else:
       query_pos, key_pos, mask, write_start = base.attention_layout(positions, num_tokens,
                                                                     max_len, tree)
-      bias = layers.tree_position_bias(table, query_pos, key_pos, *buckets)
-    return SelfLayout(write_start=write_start, mask=mask, bias=bias)
+      layout = SelfLayout(write_start, mask, None, query_pos, key_pos)
+    if cfg.relpos_per_layer:
+      return layout
+    return layout._replace(bias=self.self_attention_bias(
+        params['decoder']['relpos_bias']['rel_embedding'], layout))
+
+  def self_attention_bias(self, rel_embedding: jax.Array, layout: SelfLayout) -> jax.Array:
+    """The decoder's relative position bias [B, N, K, T] of a layout from a table [N,
+    buckets]."""
+    cfg = self.config
+    buckets = (cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
+    table = self._rel_table(rel_embedding)
+    if layout.query_pos is None:
+      num_tokens, max_len = layout.mask.shape[1:]
+      return layers.decoder_position_bias(table, layout.write_start, num_tokens, max_len,
+                                          *buckets)
+    return layers.tree_position_bias(table, layout.query_pos, layout.key_pos, *buckets)
 
   def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: SelfLayout,
                     cross: PyTree, cross_mask: jax.Array,
@@ -415,11 +446,14 @@ class T5:
       v_all = base.write_cache(cache['v'], v, layout.write_start)
       new_cache = {'k': k_all, 'v': v_all}
     else:
-      new_cache = {n: scan.write_layer(cache[n], new, layer, layout.write_start)
-                   for n, new in (('k', k), ('v', v))}  # [B, L, N, H, T]
-      k_all, v_all = (scan.layer_slice(new_cache[n], layer) for n in 'kv')  # [B, N, H, T]
+      (k_stack, k_all), (v_stack, v_all) = (
+          scan.write_layer(cache[n], new, layer, layout.write_start, base.write_cache)
+          for n, new in (('k', k), ('v', v)))  # [B, L, N, H, T], [B, N, H, T]
+      new_cache = {'k': k_stack, 'v': v_stack}
+    bias = (layout.bias if layout.bias is not None else
+            self.self_attention_bias(p['relpos_bias']['rel_embedding'], layout))
     y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
-                                     layout.mask, layout.bias, dropout, self._logits_dtype)
+                                     layout.mask, bias, dropout, self._logits_dtype)
     x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
     h = self.rms_norm(x, p['pre_cross_attention_layer_norm']['scale'])
     att = p['encoder_decoder_attention']

@@ -32,10 +32,15 @@ class T5Config:
       Off: those stay float32. The same values in float32.
     float32_attention_logits: with t5x_rounding, attention scores and softmax in float32
       (T5X's field of that name); without t5x_rounding they always are.
+    relpos_per_layer: each layer has its own relative position table, under its own
+      relpos_bias (T5X's scalable_t5 and flaxformer's scanned T5 share none); else one
+      table per stack, under encoder/relpos_bias and decoder/relpos_bias.
     scan_layers: the layers of each stack as one body under `jax.lax.scan` (T5X's
       `scan_layers`): params under encoder/layers and decoder/layers with a leading layer
       axis, the cache and cross-attention K/V [B, L, N, H, T] (`specjax.models.scan`).
       The same numbers as the unrolled layout (`scan.to_scanned`, `scan.to_unrolled`).
+    scan_unroll: layers per iteration of the scan (1: a loop of L bodies; L: straight-line
+      code of stacked params, which XLA's cost analysis counts layer by layer).
     name: the preset's registry name ('' for ad-hoc configs).
   """
 
@@ -53,7 +58,9 @@ class T5Config:
   relative_attention_max_distance: int = 128
   t5x_rounding: bool = False
   float32_attention_logits: bool = False
+  relpos_per_layer: bool = False
   scan_layers: bool = False
+  scan_unroll: int = 1
   name: str = ''
 
   def replace(self, **changes) -> 'T5Config':

@@ -86,6 +86,10 @@ class EagleHead(OfTarget):
     if getattr(self.target.config, 'scan_layers', False):
       raise ValueError('an EAGLE head reads its target\'s unrolled layers: decode without '
                        '--scan-layers (or convert with specjax.models.scan.as_unrolled)')
+    if getattr(self.target.config, 'relpos_per_layer', False):
+      raise ValueError('an EAGLE head shares its target\'s relative position table, and this '
+                       'target has one per layer (a scanned T5X checkpoint\'s); pass --draft '
+                       'layerskip:M, medusa or a draft model')
 
   @property
   def _t5(self) -> bool:

@@ -158,7 +158,9 @@ class Setting:
             for k in ('target_params', 'draft_params', 'inputs', 'run')}
 
 
-def _compile(fn: Callable, args: Sequence, donate: Tuple[int, ...] = ()) -> Tuple[Cost, float]:
+def compile_program(fn: Callable, args: Sequence, donate: Tuple[int, ...] = ()
+                    ) -> Tuple[Cost, float]:
+  """Lowers and compiles `fn` at abstract `args`: (its cost, the seconds it took)."""
   start = time.perf_counter()
   compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
   return cost_of(compiled), time.perf_counter() - start
@@ -272,14 +274,14 @@ def tree_fns(s: Setting, shapes: Iterable[Sequence[int]],
       yield pair, 'tree_iteration', n, fn, args, (len(args) - 1,)
 
 
-def _measure(s: Setting, fns: Iterable[tuple], done: set,
-             on_row: Optional[Callable]) -> List[ProgramRow]:
+def _measure(s: Setting, fns: Iterable[tuple], done: set, on_row: Optional[Callable],
+             compile_fn: Callable = compile_program) -> List[ProgramRow]:
   """Compiles and costs each (model, program, tokens, fn, args, donate) of `fns`."""
   shape = mesh_lib.mesh_shape(s.mesh)
   rows = []
   for model, program, tokens, fn, args, donate in fns:
     try:
-      cost, seconds = _compile(fn, args, donate)
+      cost, seconds = compile_fn(fn, args, donate)
     except jax.errors.JaxRuntimeError as e:  # TPU refuses programs larger than its HBM
       if 'RESOURCE_EXHAUSTED' not in str(e):
         raise
@@ -308,8 +310,8 @@ def _wanted(s: Setting, done: set, only: Optional[Callable[[str, str, int], bool
 def measure_pair(target: T5Config, draft: T5Config, *, batch: int, input_len: int,
                  max_decode_len: int, mesh: Mesh, greedy: bool, dtype: str = 'bfloat16',
                  done: Iterable[tuple] = (), on_row: Optional[Callable] = None,
-                 only: Optional[Callable[[str, str, int], bool]] = None
-                 ) -> List[ProgramRow]:
+                 only: Optional[Callable[[str, str, int], bool]] = None,
+                 compile_fn: Callable = None) -> List[ProgramRow]:
   """Compiles the programs of one setting (see the module docstring) and costs them.
 
   Args:
@@ -325,6 +327,7 @@ def measure_pair(target: T5Config, draft: T5Config, *, batch: int, input_len: in
     done: `ProgramRow.key`s already measured (skipped).
     on_row: called with each row as soon as it is measured.
     only: compile only the programs `only(model, program, tokens)` asks for (None: all).
+    compile_fn: (fn, args, donate) -> (Cost, seconds); default `compile_program`.
 
   Returns:
     The new rows.
@@ -332,7 +335,8 @@ def measure_pair(target: T5Config, draft: T5Config, *, batch: int, input_len: in
   s = Setting(T5(target.replace(dtype=dtype)), T5(draft.replace(dtype=dtype)), batch,
                input_len, max_decode_len, mesh, greedy, dtype)
   done = set(done)
-  return _measure(s, program_fns(s, _wanted(s, done, only)), done, on_row)
+  return _measure(s, program_fns(s, _wanted(s, done, only)), done, on_row,
+                  compile_fn or compile_program)
 
 
 def measure_trees(target: T5Config, draft: T5Config, *, batch: int, input_len: int,

@@ -27,6 +27,7 @@ from t5x import decoding as t5x_decoding
 from t5x import models
 
 from specjax import checkpoints
+from specjax.checkpoints import t5x_scanned
 from specjax.core import api
 from specjax.core.rule import VerificationRule
 from specjax.models.t5 import T5
@@ -38,6 +39,14 @@ DRAFT_KEY = restore.DRAFT_KEY
 _SAMPLING_KEYS = ('temperature', 'topk', 'topp')
 
 
+def specjax_params(module, params: PyTree) -> PyTree:
+  """A T5X module's params in specjax's layout: a scanned module's
+  (`checkpoints.t5x_scanned.from_t5x`; jittable), others' as they are."""
+  if getattr(module, 'scan_layers', False) and t5x_scanned.is_t5x_scanned(params):
+    return t5x_scanned.from_t5x(params)
+  return params
+
+
 def specjax_t5(module, params: PyTree, t5x_rounding: bool = True) -> T5:
   """The specjax T5 that computes what the T5X module `module` computes with `params`.
 
@@ -47,15 +56,15 @@ def specjax_t5(module, params: PyTree, t5x_rounding: bool = True) -> T5:
   (`specjax.models.t5_config.T5Config.t5x_rounding`; docs/bfloat16.md); float32 is the
   same either way.
 
+  A scanned module (T5X's scalable_t5, `scan_layers=True`) gives a scanned T5 with a
+  relative position table per layer, whose params are `specjax_params`'.
+
   Raises:
-    ValueError: a scanned module, or params that are not a T5 tree of T5X's names (one
-      line).
+    ValueError: params that are not a T5 tree of T5X's names (one line).
   """
-  if getattr(module, 'scan_layers', False):
-    raise ValueError('scanned T5X modules (scan_layers=True) are not supported; use an '
-                     'unscanned T5 (t5x/examples/t5)')
+  params = specjax_params(module, params)
   fix = ('speculative prediction runs T5X T5 modules with the param tree of '
-         't5x/examples/t5 (token_embedder, encoder, decoder)')
+         't5x/examples/t5 or t5x/examples/scalable_t5 (token_embedder, encoder, decoder)')
   try:
     config = checkpoints.config_from_params(params)
   except (KeyError, TypeError, AttributeError) as e:
@@ -289,6 +298,9 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
                        'eos_id and decode_rng')
     target, draft = self.specjax_models(params)
     target_params, draft_params = decoding.split_params(params, DRAFT_KEY)
+    target_params = specjax_params(self.module, target_params)
+    if self.draft_module is not None:
+      draft_params = specjax_params(self.draft_module, draft_params)
     draft_params = self.draft_kind.draft_params(target, draft_params)  # a datastore's arrays
     length = batch['decoder_input_tokens'].shape[1]  # L
     steps = length if self.max_decode_steps is None else min(length,
