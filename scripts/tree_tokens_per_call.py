@@ -13,6 +13,12 @@ XLA's defaults (`--wall-clock`), timing the target alone, the best chain and the
 `specjax.core.figures.decode_figures`. With --markdown, the section "## Token trees" of
 that file is written (replaced where it is already there).
 
+`--first-child PATH` measures instead the dynamic trees (--dynamic-16, --dynamic-32) at
+temperature 1 twice on the same inputs and seeds, in one run: with each expanded node's
+first child drawn from the draft's distribution (`tree_draft.grow_dynamic`'s default) and
+with every child a top-k point mass (its `sample_first=False`, as before), writes both to
+PATH and prints the markdown table of docs/benchmarks.md's token-trees section.
+
 A run cut short goes on with `--keep-done` (the tasks --json holds are kept). Other runs of
 the script (longer chains, more seeds) join the section as named checks:
 `--render --json docs/trees.json --markdown docs/benchmarks.md --check NAME=OTHER.json`.
@@ -78,7 +84,8 @@ def parse_args(argv=None):
                    help=f'static shapes of at most {budget} nodes, separated by ;')
     p.add_argument(f'--dynamic-{budget}', default=DYNAMIC[budget],
                    help=f'DEPTH:TOP of the dynamic trees of exactly {budget} nodes')
-  p.add_argument('--json', required=True, help='the results (read back by --wall-clock)')
+  p.add_argument('--json', help='the results (read back by --wall-clock); required but '
+                 'with --first-child')
   p.add_argument('--markdown', help='write its "## Token trees" section into this file')
   p.add_argument('--rounds', type=int, default=3, help='interleaved wall-clock rounds')
   p.add_argument('--no-wall-clock', action='store_true', help='the counts alone')
@@ -88,6 +95,8 @@ def parse_args(argv=None):
                  help='(internal) time the best chain and 16-node tree of --json')
   p.add_argument('--render', action='store_true',
                  help='only write the --markdown section from --json (no decode)')
+  p.add_argument('--first-child', metavar='PATH',
+                 help='only the dynamic trees at T=1, first children drawn and not, to PATH')
   p.add_argument('--check', action='append', default=[], metavar='NAME=JSON',
                  help='with --render: add the rows of another run of this script (e.g. '
                  'longer chains, more seeds) to --json as a named check, shown in the section')
@@ -374,8 +383,68 @@ def write_section(path: str, text: str) -> None:
   report_sections.write_section(path, SECTION, text)
 
 
+def first_child(args) -> dict:
+  """Tokens per call of each dynamic tree at T=1 with drawn first children and with
+  point masses only (`--first-child`), on the same inputs and seeds."""
+  import functools  # pylint: disable=import-outside-toplevel
+  from specjax.core import decoder, tree_draft  # pylint: disable=import-outside-toplevel
+  trees = [t for _, kind, _, t, _ in settings(args) if kind == 'dynamic']
+  sampling = SamplingConfig(temperature=1.0)
+  grow = tree_draft.grow_dynamic
+  build = decoder.build
+  out = {'command': 'python ' + shlex.join(sys.argv), 'num_examples': args.num_examples,
+         'batch_size': args.batch_size, 'max_decode_len': args.max_decode_len,
+         'seeds': args.seeds, 'temperature': 1.0, 'tasks': {}}
+  for task in args.tasks.split(','):
+    target, tp, draft, dp, inputs = load_task(task, args.num_examples)
+    kw = dict(max_decode_len=args.max_decode_len, slots=args.batch_size)
+    rows = []
+    for tree in trees:
+      for drawn in (False, True):
+        compiled.free_if_needed()
+        decoder.build = build.__wrapped__  # programs traced anew with this growth
+        tree_draft.grow_dynamic = functools.partial(grow, sample_first=drawn)
+        try:
+          outputs = [jax.tree.map(np.asarray, specjax.speculative_decode(
+              target, tp, draft, dp, inputs, tree=tree, sampling=sampling,
+              rng=jax.random.PRNGKey(seed), **kw)) for seed in range(args.seeds)]
+        finally:
+          tree_draft.grow_dynamic, decoder.build = grow, build
+        row = bench_trees.figures_row(pooled(outputs), tree)
+        row.update(first_child='drawn' if drawn else 'top-k', temperature=1.0,
+                   seeds=args.seeds)
+        rows.append(row)
+        print(f'{task:8s} {row["tree"]:18s} {row["first_child"]:6s} tok/call '
+              f'{row["tokens_per_call"]:.3f} alpha {row["alpha"]}', file=sys.stderr,
+              flush=True)
+    out['tasks'][task] = rows
+  return out
+
+
+def first_child_table(result: dict) -> str:
+  """The markdown table of `first_child`'s rows: tokens per call, point masses against
+  drawn first children."""
+  lines = ['| task | dynamic tree | tokens per call: top-k children | drawn first child | x |',
+           '|---|---|---|---|---|']
+  for task, rows in result['tasks'].items():
+    by = {(r['tree'], r['first_child']): r for r in rows}
+    for name in dict.fromkeys(r['tree'] for r in rows):
+      old, new = by[(name, 'top-k')], by[(name, 'drawn')]
+      lines.append(f'| {task} | {name} | {old["tokens_per_call"]:.2f} | '
+                   f'{new["tokens_per_call"]:.2f} | '
+                   f'{new["tokens_per_call"] / old["tokens_per_call"]:.3f} |')
+  return '\n'.join(lines)
+
+
 def main(argv=None) -> int:
   args = parse_args(argv)
+  if args.first_child:
+    result = first_child(args)
+    pathlib.Path(args.first_child).write_text(dump(result))
+    print(first_child_table(result))
+    return 0
+  if not args.json:
+    raise SystemExit('error: --json is required (but with --first-child)')
   if args.wall_clock:
     wall_clock(args)
     return 0

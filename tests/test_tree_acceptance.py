@@ -1,13 +1,16 @@
 """Token trees: their static shapes, the greedy and sampled tree rules, the cache
-compaction, and sampled tree decoding against exactly enumerated target probabilities (with
-a deliberately broken tree rule that the same test rejects)."""
+compaction, dynamic trees' drawn first children, and sampled tree decoding against exactly
+enumerated target probabilities (with a deliberately broken tree rule, and a broken draw,
+that the same test rejects)."""
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import specjax
-from specjax.core import tree, tree_accept
+from specjax.core import sampling, state, steps, tree, tree_accept, tree_draft
 from specjax.models.markov import MarkovModel
 from stats_util import chi_square_pvalue, enumerate_markov
 
@@ -95,6 +98,56 @@ def test_compact_moves_the_accepted_path_into_place():
   assert not np.array_equal(np.asarray(got), np.asarray(cache['k']))
 
 
+def _reference_compact(cache: np.ndarray, axes, base, path, n) -> np.ndarray:
+  """compact, written as plain copies on the host: slot base + 1 + path[b, d] -> base + 1 + d
+  along the 'length' axis, for d < n[b] (every copy read before any is written)."""
+  axis = axes.index('length')
+  moved = np.moveaxis(cache, axis, -1).copy()
+  src = np.moveaxis(cache, axis, -1)
+  for b in range(cache.shape[0]):
+    for d in range(int(n[b])):
+      moved[b, ..., base[b] + 1 + d] = src[b, ..., base[b] + 1 + path[b, d]]
+  return np.moveaxis(moved, -1, axis)
+
+
+@pytest.mark.parametrize('axes', [('batch', 'layers', 'heads', 'kv', 'length'),
+                                  ('batch', 'length', 'heads', 'kv'),
+                                  ('batch', 'kv', 'length')])
+@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16, jnp.int32])
+def test_compact_writes_the_path_in_place_on_any_layout(axes, dtype):
+  """Leaves of any layout ('batch' first, 'length' anywhere: a scanned stack's
+  [B, L, N, H, T] included) and dtype, rows with different bases, depths and paths, one
+  of them keeping nothing; the move is exact (no arithmetic on the values), and a path
+  node past n is not read (-1, or a slot the cache never held)."""
+  rng = np.random.default_rng(1)
+  sizes = {'batch': 3, 'layers': 2, 'heads': 3, 'kv': 2, 'length': 14}
+  shape = tuple(sizes[a] for a in axes)
+  values = rng.standard_normal(shape) * 1e3
+  values[0, 0] = np.inf  # a nonfinite entry elsewhere must not leak into the picks
+  cache = {'k': jnp.asarray(values if dtype != jnp.int32 else rng.integers(-99, 99, shape),
+                            dtype)}
+  base = np.array([1, 4, 2])
+  path = np.array([[2, 5, 7, 8], [0, 1, 2, 3], [3, -1, -1, -1]])  # node indices
+  n = np.array([4, 0, 1])
+  num_nodes = 9
+  got = jax.jit(lambda c, b, p, k: tree.compact(c, {'k': axes}, b, p, k, num_nodes))(
+      cache, jnp.asarray(base), jnp.asarray(path), jnp.asarray(n))
+  want = _reference_compact(np.asarray(cache['k']), axes, base, path, n)
+  assert got['k'].dtype == cache['k'].dtype and got['k'].shape == cache['k'].shape
+  np.testing.assert_array_equal(np.asarray(got['k']), want)
+  assert not np.array_equal(want, np.asarray(cache['k']))  # the move moved something
+  # negative control: the reference with row 0 keeping one node less differs from it
+  short = _reference_compact(np.asarray(cache['k']), axes, base, path, n - [1, 0, 0])
+  assert not np.array_equal(short, np.asarray(got['k']))
+
+
+def test_compact_refuses_a_leaf_without_batch_first():
+  with pytest.raises(ValueError, match='batch'):
+    tree.compact({'k': jnp.zeros((2, 3, 8))}, {'k': ('kv', 'batch', 'length')},
+                 jnp.zeros((2,), jnp.int32), jnp.zeros((2, 2), jnp.int32),
+                 jnp.ones((2,), jnp.int32), 4)
+
+
 def _markov_pair():
   target = MarkovModel(VOCAB)
   tp = target.init(jax.random.PRNGKey(10), scale=1.5)
@@ -130,4 +183,67 @@ def test_a_tree_rule_that_keeps_the_residual_between_siblings_is_rejected(monkey
   """Not removing a rejected sibling's mass from the residual: the same test must fail."""
   monkeypatch.setattr(tree_accept, 'residual', lambda r, q, q_scale=1.0: r)
   tokens, expected, _ = _tree_samples(CONFIGS[0], '2,1,2')
+  assert chi_square_pvalue(tokens, expected) < 1e-6
+
+
+def _grown(sample_first: bool, config=CONFIGS[0], spec=tree.DynamicTree(6, 3, 2), rows=64):
+  """A dynamic tree the Markov draft grows below START, and the draft's params."""
+  target, _, dp = _markov_pair()
+  params = sampling.SamplingParams.of(config, rows)
+  cfg = state.LoopConfig(gamma=spec.depth, max_decode_len=STEPS, sampling=params.mode(),
+                         tree=spec)
+  seq = jnp.full((rows, 4), START, jnp.int32)
+  keys = jax.random.split(jax.random.PRNGKey(3), spec.depth * rows).reshape(
+      spec.depth, rows, -1)
+  grow = jax.jit(lambda p, s, k, sp: tree_draft.grow_dynamic(
+      steps.Bound(target, p, {}), target.init_cache(rows, 8), s, jnp.zeros((rows,), jnp.int32),
+      k, sp, cfg, sample_first=sample_first))
+  return grow(dp, seq, keys, params), target, dp
+
+
+def test_dynamic_tree_draws_each_expanded_nodes_first_child():
+  """Sampling: the root's first child is always verified and carries the warped draft
+  distribution it was drawn from as its q (drawn: it varies over rows), its siblings are
+  the likeliest other tokens (point masses, never the drawn token); without
+  sample_first every q is a point mass (as before)."""
+  proposal, target, dp = _grown(True)
+  tokens, q, parents = (np.asarray(a) for a in (proposal.tokens, proposal.q,
+                                               proposal.parents))
+  warped = target.transition_probs(dp, CONFIGS[0])  # [V, V]
+  assert (parents[:, 0] == -1).all()
+  np.testing.assert_allclose(q[:, 0], np.broadcast_to(warped[START], q[:, 0].shape),
+                             atol=1e-6)
+  assert len(set(tokens[:, 0].tolist())) > 1  # drawn, not the argmax every time
+  one_hot = q.max(-1) == 1.0
+  drawn = ~one_hot
+  assert drawn.sum() > tokens.shape[0]  # deeper expansions draw too
+  for b in range(tokens.shape[0]):
+    for node in np.flatnonzero(drawn[b]):
+      siblings = np.flatnonzero(parents[b] == parents[b, node])
+      assert siblings[0] == node  # a drawn child is its parent's first
+      assert tokens[b, node] not in tokens[b, siblings[1:]].tolist()
+      parent_token = START if parents[b, node] < 0 else tokens[b, parents[b, node]]
+      np.testing.assert_allclose(q[b, node], warped[parent_token], atol=1e-6)
+  point, _, _ = _grown(False)
+  assert (np.asarray(point.q).max(-1) == 1.0).all()
+
+
+@pytest.mark.parametrize('config', CONFIGS, ids=['t1', 't0.7-top3-top0.9'])
+def test_dynamic_tree_with_drawn_first_children_follows_the_target(config):
+  """Deeper than the test above's (depth 3, top 3, 8 nodes): the drawn children, their
+  point-mass siblings and the global ranking together keep the target's distribution."""
+  tokens, expected, out = _tree_samples(config, tree.DynamicTree(8, 3, 3))
+  assert chi_square_pvalue(tokens, expected) > 1e-3
+  rate = float(out.stats.accepted.sum()) / float(out.stats.target_calls.sum())
+  assert 0.05 < rate
+
+
+def test_a_drawn_child_that_does_not_follow_its_q_is_rejected(monkeypatch, fresh_programs):
+  """The negative control: the draft's 'draw' is its argmax while the tree rule is told it
+  was drawn from q; the same test must fail."""
+  broken = types.SimpleNamespace(**{k: getattr(sampling, k) for k in dir(sampling)
+                                    if not k.startswith('__')})
+  broken.sample = lambda keys, q: jnp.argmax(q, axis=-1).astype(jnp.int32)
+  monkeypatch.setattr(tree_draft, 'sampling', broken)
+  tokens, expected, _ = _tree_samples(CONFIGS[0], tree.DynamicTree(8, 3, 3))
   assert chi_square_pvalue(tokens, expected) < 1e-6

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from models_for_tests import tiny_transformer
+from specjax.core import tree as core_tree
 from specjax.models import base
 from specjax.models.lm import CausalLM
 from specjax.models.lm_config import LMConfig
@@ -217,6 +218,52 @@ def test_the_accepted_path_moved_to_its_chain_slots_is_a_chain_decodes_cache(nam
   got = s.decode(moved, s.next_token, jnp.asarray(after))[0]
   want = s.decode(chain_cache, s.next_token, jnp.asarray(after))[0]
   np.testing.assert_allclose(got, want, atol=ATOL)
+
+
+def _compacted(s, tree_cache, nodes, n):
+  """The core's compaction of each row's path to `nodes` (tree slots, root 0) kept to
+  depth n [B]: `specjax.core.tree.compact`, the root at slot BASES."""
+  path = np.full((2, MAX_PATH - 1), -1, np.int32)
+  for b, node in enumerate(nodes):
+    kept = [m - 1 for m in PATHS[b][node][1:]][:int(n[b])]  # node index = tree slot - 1
+    path[b, :len(kept)] = kept
+  return core_tree.compact(tree_cache, s.model.cache_axes(), jnp.asarray(BASES),
+                           jnp.asarray(path), jnp.asarray(n, jnp.int32),
+                           PARENTS.shape[1] - 1)
+
+
+def _same_prefix(got_cache, want_cache, model, filled_to) -> bool:
+  """Whether two caches agree on every row's slots below filled_to [B]."""
+  filled = np.arange(CACHE_LEN)[None] < np.asarray(filled_to)[:, None]  # [B, T]
+  for got, want, axes in zip(jax.tree.leaves(got_cache), jax.tree.leaves(want_cache),
+                             jax.tree.leaves(model.cache_axes(),
+                                             is_leaf=lambda x: isinstance(x, tuple))):
+    keep = filled.reshape((2,) + (1,) * (axes.index('length') - 1) + (CACHE_LEN,))
+    if not np.allclose(np.where(keep, got, 0), np.where(keep, want, 0), atol=1e-5):
+      return False
+  return True
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_core_compaction_leaves_a_chain_decodes_cache(name):
+  """`core.tree.compact` on each model's own cache after a tree call: row 0 keeps root ->
+  2 -> 5 (both nodes off their chain slots), row 1 root -> 2 only (n = 1); the cache
+  then equals a chain decode's of the kept tokens, and the next token scores alike. The
+  negative controls differ from it: the cache left as the tree call wrote it, and row 0's
+  other path of the same depth (root -> 1 -> 4) compacted instead."""
+  s = _setup(name)
+  tree_cache = s.tree_call()[1]
+  n = np.array([2, 1])
+  moved = _compacted(s, tree_cache, [5, 2], n)
+  chain_cache = s.decode(s.prefix_cache, s.path_tokens([5, 2])[0], jnp.asarray(BASES))[1]
+  assert _same_prefix(moved, chain_cache, s.model, BASES + 1 + n)
+  after = BASES + 1 + n
+  got = s.decode(moved, s.next_token, jnp.asarray(after))[0]
+  want = s.decode(chain_cache, s.next_token, jnp.asarray(after))[0]
+  np.testing.assert_allclose(got, want, atol=ATOL)
+  assert not _same_prefix(tree_cache, chain_cache, s.model, BASES + 1 + n)
+  wrong = _compacted(s, tree_cache, [4, 2], n)  # another path of the same depths
+  assert not _same_prefix(wrong, chain_cache, s.model, BASES + 1 + n)
 
 
 @pytest.mark.parametrize('name', ['t5', 'llama'])

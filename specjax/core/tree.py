@@ -190,14 +190,21 @@ def compact(cache: Any, axes: Any, base: jax.Array, path: jax.Array, n: jax.Arra
 
   The cache then holds what a chain decode of the accepted tokens would have written (the
   model wrote each node with its position base + depth), so the next call reads it as
-  any committed prefix. Only the N slots after the root move; a row with n = 0 keeps its
-  cache.
+  any committed prefix. Only the D' = min(D, N) slots after the root are written, in
+  place: each leaf's D' picked entries are read by a masked sum over its length axis (one
+  pass over the leaf, no gather: a gather or a per-row slice along a cache's minor length
+  axis costs several times the leaf on TPU), then written by one update of D' slots per
+  row. A slot d + 1 with d >= n[b] gets its own entries back, so a row with n = 0 keeps
+  its cache.
 
   Args:
-    cache: a model's cache pytree, leaves [B, ...].
-    axes: the model's `cache_axes()`: each leaf's logical axis names, one of them 'length'.
+    cache: a model's cache pytree, leaves [B, ..., T, ...] (batch first, 'length'
+      anywhere after it).
+    axes: the model's `cache_axes()`: each leaf's logical axis names, 'batch' first and
+      one of them 'length'.
     base: [B] int32, the root's cache slot.
-    path: [B, D] int32, the accepted node at depth 1 .. D (-1 past n).
+    path: [B, D] int32, the accepted node at depth 1 .. D (-1 past n, or for a node the
+      cache never held).
     n: [B] int32, the accepted depth.
     num_nodes: N, the tree's nodes (slots base + 1 .. base + N hold them); base + N < T
       is the caller's job.
@@ -205,20 +212,31 @@ def compact(cache: Any, axes: Any, base: jax.Array, path: jax.Array, n: jax.Arra
   Returns:
     The cache with the same structure and shapes.
   """
-  depth = path.shape[1]
-  keep = jnp.arange(depth)[None] < n[:, None]  # [B, D]
-  source = jnp.where(keep, path, jnp.arange(depth)[None])  # [B, D]: unmoved where not kept
+  depth = min(path.shape[1], num_nodes)  # a path of n <= N distinct nodes
+  path = path[:, :depth]
+  steps = jnp.arange(depth, dtype=jnp.int32)[None]  # [1, D']
+  keep = (steps < n[:, None]) & (path >= 0)
+  source = base[:, None] + 1 + jnp.where(keep, path, steps)  # [B, D'] cache slots
 
   def leaf(array, names):
+    if names[0] != 'batch':
+      raise ValueError(f'a cache leaf\'s axes must start with batch, got {names!r}')
     axis = names.index('length')
-    moved = jnp.moveaxis(array, axis, -1)  # [B, ..., T]
+    length = array.shape[axis]
+    # [B, ..., T, D', ...]: which length slot each of the D' picks reads
+    at = jnp.arange(length, dtype=jnp.int32)[None, :, None] == source[:, None, :]
+    at = at.reshape((array.shape[0],) + (1,) * (axis - 1) + (length, depth) +
+                    (1,) * (array.ndim - axis - 1))
+    picked = jnp.sum(jnp.where(at, jnp.expand_dims(array, axis + 1),
+                               jnp.zeros((), array.dtype)), axis=axis, dtype=array.dtype)
+    if array.shape[0] == 1:  # one row: one update, not a vmapped one (a scatter)
+      start = [0] * array.ndim
+      start[axis] = base[0] + 1
+      return jax.lax.dynamic_update_slice(array, picked, start)
 
-    def row(r, start, src):
-      window = jax.lax.dynamic_slice_in_dim(r, start + 1, num_nodes, -1)  # [..., N]
-      picked = jnp.take(window, jnp.clip(src, 0, num_nodes - 1), axis=-1)  # [..., D]
-      return jax.lax.dynamic_update_slice_in_dim(r, picked, start + 1, -1)
-    out = jax.vmap(row)(moved, base, source)
-    return jnp.moveaxis(out, -1, axis)
+    def row(r, p, start):
+      return jax.lax.dynamic_update_slice_in_dim(r, p, start, axis - 1)
+    return jax.vmap(row)(array, picked, base + 1)
 
   is_axes = lambda x: isinstance(x, tuple) and all(isinstance(a, str) for a in x)
   flat_axes = jax.tree.leaves(axes, is_leaf=is_axes)
@@ -226,4 +244,4 @@ def compact(cache: Any, axes: Any, base: jax.Array, path: jax.Array, n: jax.Arra
   if len(flat_axes) != len(leaves):
     raise ValueError('cache_axes() does not match the cache: '
                      f'{len(flat_axes)} axes for {len(leaves)} leaves')
-  return jax.tree.unflatten(treedef, [leaf(a, n) for a, n in zip(leaves, flat_axes)])
+  return jax.tree.unflatten(treedef, [leaf(a, names) for a, names in zip(leaves, flat_axes)])

@@ -9,14 +9,17 @@ token), then feed one depth's nodes per call with a tree mask (`specjax.models.b
 in the draft's scratch slots after the root. Children are the draft's top tokens below a
 node by its logits (point masses: a deterministic choice), or, at a depth of a static tree
 with one child per node under sampling, a draw from the draft's warped distribution (as
-the chain drafts). Either way a node's candidates are drawn independently of the target's
-randomness, which the exact tree rule needs.
+the chain drafts); under sampling a dynamic tree's expanded nodes each draw their first
+child so and take the likeliest other tokens as its siblings. Either way a node's
+candidates are drawn independently of the target's randomness, which the exact tree rule
+needs.
 
 Shape letters: B rows, N nodes, M = N + 1 tree slots, D depth, K nodes of one call,
 P candidates of a dynamic tree, V vocab.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import jax
@@ -112,21 +115,77 @@ def _scores(logits: jax.Array) -> jax.Array:
   return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
 
 
-def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
-                 cfg: LoopConfig, catch_up: bool = True) -> Proposal:
-  """A tree grown per row (`tree.DynamicTree`, cfg.tree): every candidate is a point mass,
-  the choice a function of the draft's probabilities alone.
+def _expand(logits: jax.Array, top: int, keys: Optional[jax.Array], params,
+            cfg: LoopConfig):
+  """The `top` children of K nodes of a dynamic tree from the draft's logits [B, K, V]:
+  (tokens [B, K, top], ranking scores [B, K, top], the warped q [B, K, V] or None).
+
+  Greedy: the top tokens by the draft's log-probabilities, their scores those. Sampling:
+  the first child is a draw from the warped q (as a chain drafts) and its ranking score is
+  the node's largest log-probability, whatever was drawn; the others are the top - 1
+  likeliest of the other tokens (point masses) with their own scores, no larger."""
+  logp = _scores(logits)  # [B, K, V]
+  if cfg.sampling.greedy:
+    score, token = jax.lax.top_k(logp, top)
+    return token, score, None
+  batch, count, _ = logits.shape
+  q = sampling.warp(logits, params, cfg.sampling)  # [B, K, V]
+  if count == 1:
+    first = sampling.sample(keys, q[:, 0])[:, None]  # [B, 1]
+  else:
+    node_keys = split_keys(keys, count)  # [K, B, ...]: each node its own draw
+    first = jax.vmap(sampling.sample, in_axes=(0, 1), out_axes=1)(node_keys, q)  # [B, K]
+  best = jnp.max(logp, axis=-1, keepdims=True)  # [B, K, 1]: the first child's rank score
+  token, score = first[..., None].astype(jnp.int32), best
+  if top > 1:
+    rest = jnp.where(jnp.arange(logp.shape[-1]) == first[..., None], -jnp.inf, logp)
+    rest_score, rest_token = jax.lax.top_k(rest, top - 1)  # [B, K, top - 1]
+    token = jnp.concatenate([token, rest_token.astype(jnp.int32)], axis=-1)
+    score = jnp.concatenate([score, rest_score], axis=-1)
+  return token, score, q
+
+
+def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, params,
+                 cfg: LoopConfig, catch_up: bool = True,
+                 sample_first: bool = True) -> Proposal:
+  """A tree grown per row (`tree.DynamicTree`, cfg.tree) from the draft's probabilities.
 
   The draft's scratch slots: the root, then the `top` expanded nodes of each depth
   1 .. D - 1 (node (d - 1) * top + j); the candidates: `top` at depth 1, `top` * `top` at
-  each depth after (P), of which the N likeliest are verified.
+  each depth after (P), of which the N likeliest are verified, ranked by their cumulative
+  draft log-probabilities. Greedy, every candidate is one of its parent's top tokens (a
+  point mass). Sampling (with `sample_first`), each expanded node's first child is drawn
+  from the draft's warped distribution, which is its q in the tree rule, and ranks with
+  its parent's likeliest token's score, whatever was drawn; the rest are the likeliest
+  other tokens (point masses). Whatever depends on a drawn token (its siblings, its
+  descendants and what they push out) then ranks at or below it, and after it in pool
+  order, so whether the drawn child, its ancestors and their earlier siblings are
+  verified does not depend on the draw: the draw keeps its q, and the tree rule stays
+  exact (docs/algorithm.md). Without `sample_first` every child is a point mass under
+  sampling too.
+
+  Args:
+    draft: the draft and its rows' encoding.
+    cache: the draft's cache.
+    seq: [B, W] the rows' sequences; pos: [B] each row's last token's position.
+    keys: [D, B, ...] a key per depth and row (None when greedy).
+    params: the rows' SamplingParams.
+    cfg: the static loop config (cfg.tree a `tree.DynamicTree`).
+    catch_up: the first call's (`steps.first_call`).
+    sample_first: draw each expanded node's first child (sampling only).
   """
   spec = cfg.tree
   top, depth_count, pool = spec.top, spec.depth, spec.pool_size
+  sampled = sample_first and not cfg.sampling.greedy
+  grow_cfg = cfg if sampled else dataclasses.replace(
+      cfg, sampling=dataclasses.replace(cfg.sampling, greedy=True))
   logits, cache = first_call(draft, cache, seq, pos, catch_up)
   batch = pos.shape[0]
   bad = nonfinite(logits[:, None])
-  score, token = jax.lax.top_k(_scores(logits), top)  # [B, top]
+  token, score, q_root = _expand(logits[:, None], top, None if keys is None else keys[0],
+                                 params, grow_cfg)
+  token, score = token[:, 0], score[:, 0]  # [B, top]
+  q_nodes = [q_root] if sampled else []  # [B, 1, V] per expansion: the drawn child's q
   # The candidates, depth-major: `top` at depth 1, then top * top per depth (frontier node
   # by frontier node, each's children by rank); every slot is written once below.
   tokens = jnp.zeros((batch, pool), jnp.int32).at[:, :top].set(token)
@@ -153,7 +212,10 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
     call = tree_call(pos, slot_depth, visible, first + 1, top)
     logits, cache = draft.decode(cache, f_tokens, pos, tree=call)  # [B, top, V]
     bad |= nonfinite(logits)
-    child_score, child_token = jax.lax.top_k(_scores(logits), top)  # [B, top, top]
+    child_token, child_score, q = _expand(logits, top, None if keys is None else keys[d],
+                                          params, grow_cfg)  # [B, top, top]
+    if sampled:
+      q_nodes.append(q)
     child_score = (child_score + f_scores[:, :, None]).reshape(batch, top * top)
     child_token = child_token.reshape(batch, top * top)
     tokens = tokens.at[:, start:start + top * top].set(child_token)
@@ -172,8 +234,19 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array,
   new_parents = jnp.where(pool_parent < 0, -1, jnp.take_along_axis(
       inverse, jnp.maximum(pool_parent, 0), 1))
   new_tokens = jnp.take_along_axis(tokens, chosen, 1)
-  q = None if cfg.sampling.greedy else jax.nn.one_hot(new_tokens, logits.shape[-1],
-                                                      dtype=jnp.float32)
+  q = None
+  if not cfg.sampling.greedy:
+    q = jax.nn.one_hot(new_tokens, logits.shape[-1], dtype=jnp.float32)  # [B, N, V]
+  if sampled:  # a drawn first child's q: the warped distribution it was drawn from
+    drawn = np.full((pool,), -1, np.int32)  # pool index -> its expansion's q (or -1)
+    drawn[0] = 0
+    for d in range(1, depth_count):
+      start = top + (d - 1) * top * top
+      drawn[start:start + top * top:top] = 1 + (d - 1) * top + np.arange(top)
+    which = jnp.asarray(drawn)[chosen]  # [B, N]
+    q_all = jnp.concatenate(q_nodes, axis=1)  # [B, 1 + (D - 1) * top, V]
+    q_drawn = jnp.take_along_axis(q_all, jnp.maximum(which, 0)[:, :, None], axis=1)
+    q = jnp.where((which >= 0)[:, :, None], q_drawn, q)
   return Proposal(tokens=new_tokens, parents=new_parents, depth=pool_depth[chosen],
                   visible=tree.ancestors(new_parents), q=q, state=cache, nonfinite=bad,
                   drafted=jnp.full((batch,), spec.nodes, jnp.int32),
@@ -185,5 +258,5 @@ def propose(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, params,
   """The draft model's tree for cfg.tree (static or dynamic); catch_up, the first call's
   (`steps.first_call`)."""
   if isinstance(cfg.tree, tree.DynamicTree):
-    return grow_dynamic(draft, cache, seq, pos, cfg, catch_up)
+    return grow_dynamic(draft, cache, seq, pos, keys, params, cfg, catch_up)
   return grow_static(draft, cache, seq, pos, keys, params, cfg, catch_up)
