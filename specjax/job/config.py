@@ -17,6 +17,7 @@ from specjax.flags import flag
 from specjax.job import drafts, tree_auto
 from specjax.job.inputs import PAD_MODES
 from specjax.job.reader import INPUT_FORMATS
+from specjax.proposers import draft_names
 
 AUTO = 'auto'
 SEEDS = 2 ** 32  # seeds in [0, SEEDS) give distinct PRNG keys
@@ -227,8 +228,7 @@ class DecodeConfig:
     if self.tree is not None:
       return TreeShape.parse(self.tree)
     if self.tree_nodes is None and drafts.is_lookahead(self.draft):
-      window, ngram, guesses = drafts.parse_lookahead(self.draft)
-      return drafts.LookaheadDraft(1, window, ngram, guesses).tree_spec()
+      return draft_names.lookahead_tree(self.draft)
     if self.tree_nodes is None:
       return None
     for name in ('tree_nodes', 'tree_depth', 'tree_top'):

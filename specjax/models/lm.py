@@ -308,7 +308,7 @@ class CausalLM:
       new_cache = {'k': keys, 'v': values}  # [B, M, H, T]
     else:
       (k_stack, keys), (v_stack, values) = (
-          scan.write_layer(cache[n], new, layer, layout.write_start, base.write_cache)
+          scan.write_layer(cache[n], new, layer, layout.write_start)
           for n, new in (('k', k), ('v', v)))  # [B, L, M, H, T], [B, M, H, T]
       new_cache = {'k': k_stack, 'v': v_stack}
     y = layers.attention(q, keys.astype(dtype), values.astype(dtype), layout.mask)

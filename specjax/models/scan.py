@@ -9,8 +9,8 @@ compiling it no longer grows with depth (T5X's `scan_layers`).
 A scanned model's cache is stacked too, but stays batch-major as the model contract
 wants (`base.Model.init_cache`): each leaf [B, L, ...] (axes 'batch', 'layers', ...), so
 the loop's per-row moves (refill, a token tree's accepted path, the mesh's batch axis)
-read it as any other cache. Each layer takes its slice out, writes its K new tokens
-into it as an unrolled layer writes its own cache, and puts it back (`write_layer`).
+read it as any other cache. Each layer writes its K new entries in place, one update
+per row (`write_layer`), and reads its slice (`layer_slice`).
 
 The two layouts hold the same numbers: `to_scanned` and `to_unrolled` convert a params
 (or param axes) tree either way, so one checkpoint serves both.
@@ -176,17 +176,19 @@ def layer_slice(stacked: jax.Array, layer: jax.Array) -> jax.Array:
 
 
 def write_layer(stacked: jax.Array, new: jax.Array, layer: jax.Array,
-                positions: jax.Array, write: Callable) -> Tuple[jax.Array, jax.Array]:
+                positions: jax.Array) -> Tuple[jax.Array, jax.Array]:
   """Writes new [B, ..., K] into layer `layer` of a stacked cache [B, L, ..., T] at the
   per-row slots positions [B] (positions[b] + K <= T is the caller's job).
 
-  The layer's slice is taken out, written by `write` (`base.write_cache`, as an unrolled
-  layer writes its own cache) and put back whole: one slice read and one slice write per
-  layer. Writing the K entries straight into the stacked array instead is a scatter
-  across rows, which TPU costs at the whole array's size in every layer.
+  Each row's K entries are written in place, one update per row. (Vmapped, the rows'
+  updates become one scatter, which TPU costs at the whole stacked array's size.)
 
   Returns:
     (the stacked cache [B, L, ..., T], the layer's written slice [B, ..., T]).
   """
-  written = write(layer_slice(stacked, layer), new, positions)  # [B, ..., T]
-  return jax.lax.dynamic_update_index_in_dim(stacked, written, layer, axis=1), written
+  new = new.astype(stacked.dtype)[:, None]  # [B, 1, ..., K]
+  zeros = (0,) * (stacked.ndim - 3)
+  for row in range(stacked.shape[0]):
+    stacked = jax.lax.dynamic_update_slice(
+        stacked, new[row:row + 1], (row, layer) + zeros + (positions[row],))
+  return stacked, layer_slice(stacked, layer)

@@ -447,7 +447,7 @@ class T5:
       new_cache = {'k': k_all, 'v': v_all}
     else:
       (k_stack, k_all), (v_stack, v_all) = (
-          scan.write_layer(cache[n], new, layer, layout.write_start, base.write_cache)
+          scan.write_layer(cache[n], new, layer, layout.write_start)
           for n, new in (('k', k), ('v', v)))  # [B, L, N, H, T], [B, N, H, T]
       new_cache = {'k': k_stack, 'v': v_stack}
     bias = (layout.bias if layout.bias is not None else
