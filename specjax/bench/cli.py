@@ -24,14 +24,14 @@ import numpy as np
 
 from specjax import flags
 from specjax import reports
-from specjax.bench import paper_report, paper_table, peers, report, variants
+from specjax.bench import kinds, paper_report, paper_table, peers, report, variants
 from specjax.bench import trees as bench_trees
 from specjax.bench import rows as bench_rows
 from specjax.bench.config import BenchConfig, add_bench_flags
 from specjax.job.inputs import pad_to_bucket, tokenize
 from specjax.checkpoints.registry import bundled
 from specjax.job.decode_job import DecodeJob, load_pair
-from specjax.job.drafts import resolve_draft
+from specjax.job import drafts
 from specjax.core.sampling import SamplingConfig
 from specjax.speed import timing
 
@@ -105,6 +105,7 @@ def run_bench(args) -> dict:
   gammas = [1, 2] if args.quick else _ints(args.gammas)
   temperatures = [float(t) for t in args.temperatures.split(',')]
   max_len = 8 if args.quick else args.max_decode_len
+  _check_drafts(args, max_len)  # a bad --drafts too
   target, tp, draft, dp, inputs = _setup(args)
   size = args.batch_size
   inputs = inputs[:len(inputs) // size * size]
@@ -161,6 +162,24 @@ def run_bench(args) -> dict:
   return result
 
 
+def _check_drafts(args, max_len: int) -> None:
+  """--drafts checked before any model loads: each a draft `python -m specjax.decode
+  --draft` takes, and a horizontal cascade's K below one of --variant-gammas.
+
+  Raises:
+    ValueError, FileNotFoundError: one line naming the draft.
+  """
+  specs = kinds.parse_drafts(args.drafts)
+  kinds.check_drafts(specs, args.target, max_len, args.vocab, args.target_checkpoint,
+                     args.quick)
+  gammas = _ints(args.variant_gammas)
+  for spec in specs:
+    if spec.startswith(drafts.CASCADE) and not kinds.chain_gammas(spec, None, gammas):
+      k = drafts.parse_cascade(spec).count
+      raise ValueError(f'--drafts {spec} drafts its first {k} tokens with the model: pass '
+                       f'--variant-gammas with a gamma above {k} (now {args.variant_gammas})')
+
+
 def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_len, repeats,
                       slots) -> dict:
   """The rows of --drafts, --verifications, --thresholds, --trees, --lenience and
@@ -169,26 +188,30 @@ def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_le
   ctx = args.context
   kw = dict(max_len=max_len, seed=args.seed, rounds=args.rounds, repeats=repeats, slots=slots)
   verifications = [v for v in args.verifications.split(',') if v]
-  others = [d for d in args.drafts.split(',') if d]
+  others = {spec: drafts.resolve_draft(spec, target, args.target, ctx['load'],
+                                      vocab=ctx['vocab'])
+            for spec in kinds.parse_drafts(args.drafts)}
+  label = args.draft if not args.quick else 't5_tiny_draft'
   if others or verifications != ['token'] or args.thresholds:
-    drafts = {args.draft if not args.quick else 't5_tiny_draft': (draft, dp)}
-    for spec in others:
-      drafts[spec] = resolve_draft(spec, target, args.target, ctx['load'])
     gammas = _ints(args.variant_gammas)
     thresholds = [float(t) for t in args.thresholds.split(',') if t]
     threshold_gammas = _ints(args.threshold_gamma) if thresholds else []
     cache_len = max_len + max(gammas + threshold_gammas) + 2
     out['variants'] = variants.variant_rows(
-        target, tp, drafts, batches, gammas=gammas, temperatures=temperatures,
+        target, tp, {label: (draft, dp), **others}, batches, gammas=gammas,
+        temperatures=temperatures,
         verifications=verifications, thresholds=thresholds,
         threshold_gammas=threshold_gammas,
         threshold_rules=[r for r in args.threshold_rules.split(',') if r],
         cache_len=cache_len, **kw)
   trees = bench_trees.parse_trees(args.trees)
-  if trees:
-    out['trees'] = bench_trees.tree_rows(target, tp, draft, dp, batches, trees, temperatures,
-                                         max_len, seed=args.seed, rounds=args.rounds,
-                                         slots=slots)
+  tree_kw = dict(seed=args.seed, rounds=args.rounds, slots=slots)
+  tree_rows = (bench_trees.tree_rows(target, tp, draft, dp, batches, trees, temperatures,
+                                     max_len, draft_label=label, **tree_kw) if trees else [])
+  tree_rows += bench_trees.draft_tree_rows(target, tp, others, batches, trees, temperatures,
+                                           max_len, args.target, **tree_kw)
+  if tree_rows:
+    out['trees'] = tree_rows
   if args.lenience:
     if ctx['vocab'] is None:
       raise ValueError('--lenience reports BLEU against references: not with --quick')
@@ -252,8 +275,9 @@ def main(argv=None) -> int:
   if args.paper_table:
     _write(args, result, paper_report, paper_report.format_text(result))
   else:
-    trees = report.format_trees(result)
-    _write(args, result, report, report.format_table(result) + ('\n\n' + trees if trees else ''))
+    tables = (report.format_table(result), report.format_variants(result),
+              report.format_trees(result))
+    _write(args, result, report, '\n\n'.join(t for t in tables if t))
   return 0
 
 

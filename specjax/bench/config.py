@@ -47,8 +47,12 @@ class BenchConfig:
   rounds: int = flag(3, 'interleaved timing rounds per row: each figure of a row (both '
                      'decodes, t_1, v, c, the calls of one iteration) is timed once per round '
                      'and keeps its fastest', least=1)
-  drafts: str = flag('', 'other drafts, e.g. copy,bigram,copy+demo_draft (as --draft of '
-                     'python -m specjax.decode)', group=_VARIANTS)
+  drafts: str = flag('', 'other drafts, e.g. copy,bigram,copy+demo_draft,rest,suffix,'
+                     'rest+suffix,lookahead:5,3,4,cascade:demo_draft/bigram (as --draft of '
+                     'python -m specjax.decode): chain rows at --variant-gammas (a horizontal '
+                     'cascade NAME:K,CHEAP at those above K), a row of each --trees tree the '
+                     'draft grows, lookahead one row of its own tree; checked before any '
+                     'model loads', group=_VARIANTS)
   verifications: str = flag('token', 'token and/or block: rows for the draft model and '
                             '--drafts under each (block only when sampling)', group=_VARIANTS)
   variant_gammas: str = flag('2,4', 'gammas of those rows', group=_VARIANTS)

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 from specjax import reports
+from specjax.bench.kinds import OWN_TREE
 from specjax.core import theory
 
 _COLUMNS = ('gamma', 'temperature', 'alpha', 'tokens_per_call', 'tokens_per_second',
@@ -96,11 +97,17 @@ def format_table(result: dict) -> str:
 
 
 def plot(result: dict, path: str) -> None:
-  """PNG: measured and predicted speedup against gamma, one colour per temperature."""
+  """PNG: measured and predicted speedup against gamma, one colour per temperature; with
+  rows of other drafts (--drafts, --trees), a second panel of theirs: each draft's chain
+  rows against gamma (measured, and predicted where the formula applies) and its tree rows
+  at their depth (stars)."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  fig, ax = plt.subplots(figsize=(6, 4))
+  others = _other_drafts(result)
+  fig, axes = plt.subplots(1, 2 if others else 1, figsize=(12 if others else 6, 4),
+                           squeeze=False)
+  ax = axes[0][0]
   for i, t in enumerate(sorted({r['temperature'] for r in result['rows']})):
     rows = sorted((r for r in result['rows'] if r['temperature'] == t), key=lambda r: r['gamma'])
     g = [r['gamma'] for r in rows]
@@ -117,10 +124,46 @@ def plot(result: dict, path: str) -> None:
   ax.set_title(f'{result["target"]} + {result["draft"]}, batch {result["batch_size"]}'
                + (', refilled' if result.get('refill') else ''))
   ax.legend(fontsize=8)
+  if others:
+    _plot_others(axes[0][1], others)
   fig.tight_layout()
   with reports.replacing(path) as tmp:  # whole or not at all
     fig.savefig(tmp, dpi=120)
   plt.close(fig)
+
+
+def _other_drafts(result: dict) -> dict:
+  """{(draft, temperature): (its chain rows by gamma, its tree rows)} of the drafts of
+  --drafts (token rule, fixed gamma) and the tree rows of any draft."""
+  out = {}
+  for r in result.get('variants') or []:
+    if (r['draft'] != result['draft'] and r['verification'] == 'token'
+        and r['draft_threshold'] == 0):
+      out.setdefault((r['draft'], r['temperature']), ([], []))[0].append(r)
+  for r in result.get('trees') or []:
+    out.setdefault((r.get('draft', result['draft']), r['temperature']), ([], []))[1].append(r)
+  return out
+
+
+def _plot_others(ax, others: dict) -> None:
+  """The second panel of `plot`: one colour per (draft, temperature)."""
+  for i, ((name, t), (chains, trees)) in enumerate(others.items()):
+    colour = f'C{i % 10}'
+    chains = sorted(chains, key=lambda r: r['gamma'])
+    if chains:
+      g = [r['gamma'] for r in chains]
+      ax.plot(g, [r['speedup'] for r in chains], 'o-', color=colour,
+              label=f'{name}, T={t:g}, measured')
+      ax.plot(g, [r['predicted_speedup'] for r in chains], 's--', color=colour, alpha=0.6,
+              label=f'{name}, T={t:g}, predicted')
+    for r in trees:
+      ax.plot([r['depth']], [r['speedup']], '*', color=colour, markersize=11,
+              label=f'{name}, T={t:g}, tree {r["tree"]} ({r["nodes"]} nodes)')
+  ax.axhline(1.0, color='grey', lw=0.8)
+  ax.set_xlabel('gamma, or a tree\'s depth (stars)')
+  ax.set_ylabel('measured speedup over the target alone')
+  ax.set_title('other drafts (--drafts) and trees (--trees), end to end')
+  ax.legend(fontsize=6)
 
 
 def reading(result: dict) -> str:
@@ -255,8 +298,9 @@ def kept_section(path: str, text: str) -> str:
 
 
 _VARIANT_COLUMNS = ('draft', 'verification', 'draft_threshold', 'threshold_rule', 'gamma',
-                    'temperature', 'alpha', 'tokens_per_call', 'drafted_per_call', 'tokens_per_second', 'speedup',
-                    'loop_speedup', 'predicted_speedup')
+                    'temperature', 'alpha', 'tokens_per_call', 'drafted_per_call', 'c',
+                    'tokens_per_second', 'speedup', 'loop_speedup', 'predicted_speedup',
+                    'identical_to_target')
 
 
 def _cell(value) -> str:
@@ -278,7 +322,15 @@ def beyond_the_draft(result: dict) -> List[str]:
               'The same inputs and timing as the table above. `copy` proposes the token after '
               'the longest earlier match of the output\'s last tokens in the source or the '
               'output (a point mass: exact); `bigram` draws from a table of next-token '
-              'counts; `copy+NAME` copies where it matches and asks NAME elsewhere. Block '
+              'counts; `copy+NAME` copies where it matches and asks NAME elsewhere; `rest` '
+              'retrieves continuations from the target\'s datastore, `suffix` from the row\'s '
+              'own earlier text, `rest+suffix` one trie of both; `cascade:NAME/CHEAP` is '
+              'NAME\'s chain drafted by CHEAP and verified by NAME, `cascade:NAME:K,CHEAP` '
+              'NAME\'s first K drafts then CHEAP\'s (rows at gammas above K only). c: the '
+              'draft\'s step over the target\'s (c_timed in the JSON: for rest, suffix and '
+              'cascades one proposal of G tokens over G, whose proposal is no G steps); '
+              'predicted_speedup: the paper\'s formula at the row\'s alpha, gamma, c and v. '
+              'Lookahead verifies a tree of its own: its rows are under "Token-tree rows". Block '
               'verification accepts the draft as a whole (exact; greedy rows are the token '
               'rule\'s, so only sampled rows are shown). With a draft threshold each row '
               'stops drafting at its first draft token whose probability (threshold_rule '
@@ -319,7 +371,7 @@ def beyond_the_draft(result: dict) -> List[str]:
   return lines
 
 
-_TREE_COLUMNS = ('tree', 'nodes', 'depth', 'temperature', 'alpha', 'tokens_per_call',
+_TREE_COLUMNS = ('draft', 'tree', 'nodes', 'depth', 'temperature', 'alpha', 'tokens_per_call',
                  'nodes_per_call', 'seconds', 'tokens_per_second', 'speedup',
                  'identical_to_target')
 
@@ -334,20 +386,44 @@ def tree_section(result: dict) -> List[str]:
            'nodes per row from the draft\'s cumulative probabilities (EAGLE-2: depth D, K '
            'expanded per depth). nodes_per_call: nodes the target verified per call; '
            'alpha: the acceptance of the first child tried at each depth reached (a '
-           'chain\'s alpha when the tree is a chain).', '']
+           'chain\'s alpha when the tree is a chain). The trees are decoded with the draft '
+           'model and each draft of --drafts that grows them (rest and suffix their trie, '
+           'dynamic trees only; copy static ones); `own tree` is the tree a draft verifies of '
+           'its own shape (lookahead:W,N,G: its Jacobi window and n-grams, in the same '
+           'target call: no draft call, so no c, and the formula does not apply).', '']
   lines += _table(result['trees'], _TREE_COLUMNS)
+  model = result['draft']
   for t in sorted({r['temperature'] for r in result['trees']}):
-    chains = [r for r in result['rows'] if r['temperature'] == t]
-    tree = max((r for r in result['trees'] if r['temperature'] == t),
-               key=lambda r: r['tokens_per_call'])
-    if chains:
-      chain = max(chains, key=lambda r: r['tokens_per_call'])
-      lines.append(f'- T={t}: the best tree ({tree["tree"]}, {tree["nodes"]} nodes) makes '
-                   f'{tree["tokens_per_call"]:.2f} tokens per target call, '
-                   f'{tree["tokens_per_call"] / chain["tokens_per_call"]:.2f}x the best '
-                   f'gamma\'s ({chain["gamma"]}: {chain["tokens_per_call"]:.2f}); speedup '
-                   f'{tree["speedup"]:.2f}x against {chain["speedup"]:.2f}x on this machine.')
+    for name in dict.fromkeys(r.get('draft', model) for r in result['trees']):
+      trees = [r for r in result['trees'] if r['temperature'] == t
+               and r.get('draft', model) == name]
+      chains = [r for r in result['rows'] if r['temperature'] == t] if name == model else [
+          r for r in result.get('variants', []) if r['temperature'] == t
+          and r['draft'] == name and r['draft_threshold'] == 0
+          and r['verification'] == 'token']
+      if not trees:
+        continue
+      tree = max(trees, key=lambda r: r['tokens_per_call'])
+      best = (f'the best tree ({tree["tree"]}, {tree["nodes"]} nodes)' if len(trees) > 1
+              or tree['tree'] != OWN_TREE else f'its own tree ({tree["nodes"]} nodes)')
+      if chains:
+        chain = max(chains, key=lambda r: r['tokens_per_call'])
+        lines.append(f'- {name}, T={t}: {best} makes '
+                     f'{tree["tokens_per_call"]:.2f} tokens per target call, '
+                     f'{tree["tokens_per_call"] / chain["tokens_per_call"]:.2f}x the best '
+                     f'gamma\'s ({chain["gamma"]}: {chain["tokens_per_call"]:.2f}); speedup '
+                     f'{tree["speedup"]:.2f}x against {chain["speedup"]:.2f}x on this machine.')
+      else:
+        lines.append(f'- {name}, T={t}: {best} makes {tree["tokens_per_call"]:.2f} tokens '
+                     f'per target call; speedup {tree["speedup"]:.2f}x on this machine.')
   return lines + ['']
+
+
+
+def format_variants(result: dict) -> str:
+  """The rows of other drafts, verification rules and dynamic gamma as a markdown table
+  ('' without them)."""
+  return '\n'.join(_table(result['variants'], _VARIANT_COLUMNS)) if result.get('variants') else ''
 
 
 def format_trees(result: dict) -> str:

@@ -9,16 +9,22 @@ rounds one after the other, and each keeps its fastest round.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Dict, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from specjax.bench import compiled
 from specjax.bench import decodes
 from specjax.core import api, theory
 from specjax.core.figures import decode_figures
-from specjax.core.sampling import SamplingConfig
+from specjax.core.model_proposer import as_proposer
+from specjax.core.proposal import draft_view
+from specjax.core.sampling import SamplingConfig, SamplingParams
+from specjax.core.state import LoopConfig
+from specjax.core.steps import Bound
 from specjax.speed import timing
 
 
@@ -138,6 +144,53 @@ def at_lengths(row: dict, lengths) -> Dict[str, object]:
                                               'variation': f['tokens'] / share}}
 
 
+@functools.partial(jax.jit, static_argnames=('draft', 'batch', 'gamma', 'cache_len'))
+def _repeat_proposals(draft, params, encoded, repeats, batch: int, gamma: int,
+                      cache_len: int):
+  """`repeats` greedy proposals of a chain of `gamma` tokens near the cache's middle (the
+  sequence and position vary with the loop index, as in a decode); a checksum."""
+  bound = Bound(draft, params, encoded)
+  cfg = LoopConfig(gamma=gamma, max_decode_len=1)
+  greedy = SamplingParams.of(SamplingConfig(), batch)
+
+  def body(i, carry):
+    state, total = carry
+    shift = (i % 2).astype(jnp.int32)
+    seq = jnp.full((batch, cache_len), 3, jnp.int32) + shift
+    pos = jnp.full((batch,), cache_len // 2, jnp.int32) + shift
+    d = bound.propose(state, seq, pos, None, greedy, cfg)
+    return d.state, total + d.tokens[0, 0].astype(jnp.float32)
+
+  init = (draft.init_cache(batch, cache_len), jnp.zeros((), jnp.float32))
+  return jax.lax.fori_loop(0, repeats, body, init)[1]
+
+
+def proposal_seconds(target, tp, draft, dp, inputs, gamma: int, repeats: int = 32,
+                     cache_len: int = timing.CACHE_LEN) -> float:
+  """Seconds of one greedy proposal of a chain of G tokens by a draft that is no model.
+
+  A cascade's or a retrieval draft's proposal is no G one-token steps (a vertical cascade
+  verifies its cheap tokens with its model, REST searches once per proposal), so its c is
+  this over G (`per_chain_cost`): gamma c is then its draft time per iteration.
+
+  Args:
+    target, tp: the target and its params (what the draft's encoding reads).
+    draft, dp: the draft (a proposer) and its params.
+    inputs: [B, S] int32 encoder inputs.
+    gamma: G.
+    repeats, cache_len: of the timed loop (`timing.per_repeat_seconds`).
+
+  Returns:
+    Seconds of one proposal (one trial: the row's rounds keep the fastest).
+  """
+  draft = as_proposer(draft)
+  params, encoded = draft_view(draft, tp, dp, target.encode(tp, inputs),
+                               draft.encode(dp, inputs))
+  return timing.per_repeat_seconds(
+      lambda n: _repeat_proposals(draft, params, encoded, n, inputs.shape[0], gamma,
+                                  cache_len), repeats, 1)
+
+
 def decode_fns(target, tp, draft, dp, gamma: int, sampling: SamplingConfig,
                max_decode_len: int, seed: int = 0, slots: Optional[int] = None, **rule):
   """(speculative, target alone): functions of one batch [B, S], or with `slots` of a
@@ -153,7 +206,8 @@ def decode_fns(target, tp, draft, dp, gamma: int, sampling: SamplingConfig,
 
 def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: SamplingConfig,
                     max_decode_len: int, seed: int = 0, rounds: int = 3, repeats: int = 32,
-                    cache_len: int = 64, slots: Optional[int] = None, **rule) -> dict:
+                    cache_len: int = 64, slots: Optional[int] = None,
+                    per_chain_cost: bool = False, **rule) -> dict:
   """One benchmark row: measured vs predicted speedup for one gamma and sampling setting.
 
   Args:
@@ -167,6 +221,9 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
     repeats, cache_len: of the timed model-call loops (`timing.call_seconds`).
     slots: stream each of `batches` through this many rows that take the next input as
       they finish (refill); None: each batch is one decode of its B rows.
+    per_chain_cost: time t_draft as one proposal of the row's G tokens over G
+      (`proposal_seconds`), for a draft whose proposal is no G one-token steps; default
+      one draft step.
     **rule: verification, draft_threshold, threshold_rule, lenience of the speculative
       decode (as `specjax.speculative_decode`).
 
@@ -197,7 +254,9 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'prefill_seconds': lambda: prefill(draft, dp, gamma),
       'baseline_prefill_seconds': lambda: prefill(None, None, 0),
       't_1': lambda: calls(target, tp, 1), 't_verify': lambda: calls(target, tp, gamma + 1),
-      't_draft': lambda: calls(*timing.own_model(draft, tp, dp), 1, True),
+      't_draft': ((lambda: proposal_seconds(target, tp, draft, dp, x0, gamma, repeats,
+                                            cache_len) / gamma) if per_chain_cost else
+                  lambda: calls(*timing.own_model(draft, tp, dp), 1, True)),
       'model_calls_seconds': lambda: timing.model_calls_seconds(
           target, tp, draft, dp, x0, gamma, repeats, cache_len, trials=1),
   }, rounds)
@@ -218,6 +277,7 @@ def speculative_row(target, tp, draft, dp, batches, gamma: int, sampling: Sampli
       'baseline_tokens_per_second': ref['num_tokens'] / t['baseline_seconds'],
       'iterations': run['iterations'], 'batch_size': batch, 'refill': bool(slots),
       'drafted_per_call': float(f.drafted_per_call),
+      'c_timed': 'proposal of G / G' if per_chain_cost else 'one draft step',
       **t, 'c': costs['c'], 'v': costs['v'][gamma + 1],
       **score(t['baseline_seconds'], t['seconds'], alpha, gamma, costs,
               t['baseline_prefill_seconds'], t['prefill_seconds'], run['num_tokens'],

@@ -1,6 +1,8 @@
 """Bench rows beyond the plain draft model, beside it in docs/benchmarks.md: other drafts
-(copy, bigram, copy + the model), block verification, per-row dynamic gamma, lenience
-(quality against speed), and `--gamma auto` at several batch sizes."""
+(copy, bigram, copy + the model, layer-skip, heads, the drafts with no draft model: REST,
+suffix, rest+suffix, and cascades), block verification, per-row dynamic gamma, lenience
+(quality against speed), and `--gamma auto` at several batch sizes. Lookahead, which
+verifies a tree of its own, has tree rows only (`specjax.bench.trees`)."""
 from __future__ import annotations
 
 import os
@@ -13,6 +15,7 @@ import jax
 import numpy as np
 
 from specjax.bench import compiled
+from specjax.bench import kinds
 from specjax.bench import report
 from specjax.bench import rows as bench_rows
 from specjax.core import api
@@ -29,9 +32,11 @@ def variant_rows(target, tp, drafts: Dict[str, tuple], batches, *, gammas: Seque
 
   Args:
     target, tp: the target and its params.
-    drafts: label -> (draft, params); the first is the draft model (dynamic gamma uses it).
+    drafts: label (its --draft spelling) -> (draft, params); the first is the draft model
+      (dynamic gamma uses it).
     batches: as `rows.speculative_row`.
-    gammas: the gammas of the draft rows.
+    gammas: the gammas of the draft rows (of each draft, those `kinds.chain_gammas` keeps:
+      none for lookahead, those above K for cascade:NAME:K,CHEAP).
     temperatures: of every row.
     verifications: 'token' and/or 'block'.
     thresholds: the confidence thresholds of the dynamic-gamma rows (at each of
@@ -52,12 +57,13 @@ def variant_rows(target, tp, drafts: Dict[str, tuple], batches, *, gammas: Seque
       for verification in verifications:
         if verification == 'block' and temperature == 0.0:
           continue  # greedy: the same as the token rule, token for token
-        for gamma in gammas:
+        for gamma in kinds.chain_gammas(label, draft, gammas):
           row = bench_rows.speculative_row(target, tp, draft, dp, batches, gamma, sampling,
-                                           max_len, verification=verification, **kw)
+                                           max_len, verification=verification,
+                                           per_chain_cost=kinds.per_chain_cost(label), **kw)
           out.append(dict(row, draft=label, verification=verification, draft_threshold=0.0,
                           threshold_rule=''))
-          print(report.format_row(out[-1]), file=sys.stderr)
+          print(f'{label}  ' + report.format_row(out[-1]), file=sys.stderr)
     label, (draft, dp) = next(iter(drafts.items()))
     for rule in threshold_rules:
       for gamma in threshold_gammas:

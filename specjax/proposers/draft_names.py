@@ -46,3 +46,14 @@ def lookahead(spec: str, target) -> LookaheadDraft:
   return LookaheadDraft(target.vocab_size, window, ngram, guesses,
                         source=bool(target.encoded_axes()), eos_id=target.eos_id,
                         pad_id=target.pad_id)
+
+
+def lookahead_tree(spec: str):
+  """The tree 'lookahead' or 'lookahead:W,N,G' verifies (its `tree_spec`), known before
+  any model loads: a DynamicTree of its window and its n-grams' nodes.
+
+  Raises:
+    ValueError: as `parse_lookahead`.
+  """
+  window, ngram, guesses = parse_lookahead(spec)
+  return LookaheadDraft(1, window, ngram, guesses).tree_spec()
