@@ -1,0 +1,32 @@
+"""docs/tpu_speed.md's section on scanned layers is what scripts/scan_compile_times.py
+makes of docs/scan_compile.json, and the README's figures are that run's."""
+import json
+import pathlib
+
+import scripts_for_tests
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_the_section_is_the_json_s():
+  script = scripts_for_tests.load_script('scan_compile_times')
+  data = json.loads((ROOT / 'docs' / 'scan_compile.json').read_text())
+  doc = (ROOT / 'docs' / 'tpu_speed.md').read_text()
+  assert script.section(data).strip() in doc
+  rows = {(r['model'], r['program'], r['batch'], r['layout']): r for r in data['tpu']}
+  readme = (ROOT / 'README.md').read_text()
+  verify = rows[('t5_xxl', 'verify', 1, 'scanned')]['compile_seconds']
+  unrolled = rows[('t5_xxl', 'verify', 1, 'unrolled')]['compile_seconds']
+  assert f'compiles in {verify:.1f} s scanned against {unrolled:.1f} s unrolled' in readme
+
+
+def test_the_section_reads_every_layout_it_compares():
+  """A row missing one layout is left out rather than compared with nothing."""
+  script = scripts_for_tests.load_script('scan_compile_times')
+  data = json.loads((ROOT / 'docs' / 'scan_compile.json').read_text())
+  full = script.section(data)
+  cut = dict(data, tpu=[r for r in data['tpu'] if not (
+      r['model'] == 't5_small' and r['layout'] == 'scanned')])
+  fewer = script.section(cut)
+  assert '| t5_small step |' in full and '| t5_small step |' not in fewer
+  assert fewer.count('| t5_xxl') == full.count('| t5_xxl') == 4
