@@ -24,7 +24,7 @@ import numpy as np
 
 from specjax import flags
 from specjax import reports
-from specjax.bench import kinds, paper_report, paper_table, peers, report, variants
+from specjax.bench import kinds, paper_report, paper_table, peers, report, variant_report, variants
 from specjax.bench import trees as bench_trees
 from specjax.bench import rows as bench_rows
 from specjax.bench.config import BenchConfig, add_bench_flags
@@ -275,8 +275,8 @@ def main(argv=None) -> int:
   if args.paper_table:
     _write(args, result, paper_report, paper_report.format_text(result))
   else:
-    tables = (report.format_table(result), report.format_variants(result),
-              report.format_trees(result))
+    tables = (report.format_table(result), variant_report.format_variants(result),
+              variant_report.format_trees(result))
     _write(args, result, report, '\n\n'.join(t for t in tables if t))
   return 0
 

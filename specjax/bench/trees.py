@@ -24,46 +24,18 @@ from specjax.bench import rows as bench_rows
 from specjax.core import api
 from specjax.core.figures import decode_figures
 from specjax.core.sampling import SamplingConfig
+from specjax.core import tree as tree_lib
 from specjax.core.tree import DynamicTree, TreeShape
 
 Tree = Union[TreeShape, DynamicTree]
 OWN_TREE = kinds.OWN_TREE
-SYNTAX = ("trees separated by ';' (quote them in a shell): a static shape is its children "
-          "per depth, e.g. 4,1,1 (N = 4 + 4 + 4 nodes, depth 3); a dynamic EAGLE-2 tree is "
-          "dynamic:NODES:DEPTH[:TOP] (TOP 4 when left out), e.g. '4,1,1;2,2,1;dynamic:16:6:4'")
-
-
-def label(tree: Tree) -> str:
-  """'4,1,1' for a static shape, 'dynamic:16:6:4' for a dynamic tree (what --trees takes)."""
-  if isinstance(tree, DynamicTree):
-    return f'dynamic:{tree.nodes}:{tree.depth}:{tree.top}'
-  return ','.join(map(str, tree.branching))
+SYNTAX = tree_lib.TREE_SYNTAX
+label = tree_lib.tree_label
 
 
 def parse_one(text: str) -> Tree:
   """One tree of --trees; a one-line ValueError naming the bad item otherwise."""
-  item = text.strip()
-  bad = ValueError(f'--trees: bad tree {item!r}; {SYNTAX}')
-  if item.lower().startswith('dynamic'):
-    parts = item.split(':')
-    if parts[0].lower() != 'dynamic' or len(parts) not in (3, 4):
-      raise bad
-    try:
-      numbers = [int(p) for p in parts[1:]]
-    except ValueError:
-      raise bad from None
-    nodes, depth, top = (numbers + [4])[:3]
-    if min(numbers) < 1:
-      raise ValueError(f'--trees: {item}: NODES, DEPTH and TOP must be >= 1')
-    pool = top + (depth - 1) * top * top  # DynamicTree.pool_size
-    if nodes > pool:
-      raise ValueError(f'--trees: {item}: depth {depth} and top {top} grow {pool} candidates, '
-                       f'fewer than its {nodes} nodes; raise DEPTH or TOP, or lower NODES')
-    return DynamicTree(nodes, depth, top)
-  try:
-    return TreeShape(tuple(int(p) for p in item.split(',')))
-  except ValueError:
-    raise bad from None
+  return tree_lib.parse_tree(text, '--trees')
 
 
 def parse_trees(spec: str) -> List[Tree]:

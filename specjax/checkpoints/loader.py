@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from specjax.checkpoints import hf_files, t5x, t5x_orbax, t5x_scanned
-from specjax.models import scan
+from specjax.checkpoints import hf_files, t5_tree, t5x, t5x_orbax, t5x_scanned
+from specjax.checkpoints.t5_tree import config_from_params, in_layout
 from specjax.models.lm import CausalLM
 from specjax.models.lm_config import LM_CONFIGS, LMConfig
 from specjax.models.t5 import T5
@@ -74,69 +74,6 @@ def is_checkpoint_path(name: Any) -> bool:
   if name in T5_CONFIGS or name in LM_CONFIGS:
     return False
   return os.path.exists(name) or name.startswith('gs://') or '/' in name
-
-
-def _named(config: T5Config) -> T5Config:
-  """Gives an ad-hoc config the name of the preset it equals, if any."""
-  for name, preset in T5_CONFIGS.items():
-    if preset == config.replace(name=name, dtype=preset.dtype):
-      return config.replace(name=name)
-  return config
-
-
-def config_from_params(params: PyTree) -> T5Config:
-  """Infers the architecture from a T5X-named param tree (e.g. a T5X checkpoint's target).
-
-  The activation of a single-`wi` MLP is taken to be ReLU (v1.0) and of `wi_0`/`wi_1` to
-  be gated GELU (v1.1), as in every public checkpoint; the relative-position max distance
-  is not stored and is taken as 128. Layers stacked under `layers` (specjax's scanned
-  layout, `t5x_scanned.from_t5x`) give `scan_layers`, a table in each layer
-  `relpos_per_layer`.
-
-  Args:
-    params: nested dict of arrays (or anything with `.shape`) with T5X names.
-
-  Returns:
-    The T5Config, named after the registry preset it equals when there is one.
-  """
-  enc, dec = params['encoder'], params['decoder']
-  scanned = scan.is_scanned(params, ('encoder',))
-  first = (lambda stack: jax.tree.map(lambda x: _Shape(x.shape[1:]), stack[scan.LAYERS])
-           if scanned else stack['layers_0'])
-  count = (lambda stack: stack[scan.LAYERS]['pre_mlp_layer_norm']['scale'].shape[0]
-           if scanned else len(scan.layer_keys(stack)))
-  per_layer = 'relpos_bias' not in enc
-  heads, buckets = (first(enc) if per_layer else enc)['relpos_bias']['rel_embedding'].shape
-  vocab, emb = params['token_embedder']['embedding'].shape
-  mlp = first(enc)['mlp']
-  gated = 'wi_0' in mlp
-  config = T5Config(
-      vocab_size=vocab, emb_dim=emb, num_heads=heads,
-      num_encoder_layers=count(enc), num_decoder_layers=count(dec),
-      head_dim=first(enc)['attention']['query']['kernel'].shape[1] // heads,
-      mlp_dim=(mlp['wi_0'] if gated else mlp['wi'])['kernel'].shape[1],
-      mlp_activations=('gelu', 'linear') if gated else ('relu',),
-      logits_via_embedding='logits_dense' not in dec,
-      relative_attention_num_buckets=buckets, relpos_per_layer=per_layer,
-      scan_layers=scanned)
-  return _named(config)
-
-
-class _Shape:
-  """Something with a shape (a stacked leaf's one layer, unread)."""
-
-  def __init__(self, shape):
-    self.shape = tuple(shape)
-
-
-def in_layout(params: PyTree, config: T5Config) -> PyTree:
-  """T5 params in the layout `config.scan_layers` names (stacked or per layer)."""
-  scanned = scan.is_scanned(params, ('encoder',))
-  if config.scan_layers and not scanned:
-    return scan.to_scanned(params, T5.LAYER_STACKS)
-  if scanned and not config.scan_layers:
-    return scan.to_unrolled(params, T5.LAYER_STACKS)
-  return params
 
 
 def _config_to_json(config: Union[T5Config, LMConfig]) -> str:
@@ -323,7 +260,7 @@ def _read_checkpoint(fmt: str, path: str, config: Optional[T5Config]
   if fmt == 'hf':
     from specjax.checkpoints import hf_t5  # pylint: disable=g-import-not-at-top
     hf_config, params = hf_t5.load_hf_dir(path)
-    return config or _named(hf_config), params
+    return config or t5_tree.named(hf_config), params
   if config is None:
     text = t5x.read_bytes(f'{path.rstrip("/")}/{CONFIG_FILE}')
     if text is None:

@@ -245,3 +245,52 @@ def compact(cache: Any, axes: Any, base: jax.Array, path: jax.Array, n: jax.Arra
     raise ValueError('cache_axes() does not match the cache: '
                      f'{len(flat_axes)} axes for {len(leaves)} leaves')
   return jax.tree.unflatten(treedef, [leaf(a, names) for a, names in zip(leaves, flat_axes)])
+
+
+TREE_SYNTAX = ("trees separated by ';' (quote them in a shell): a static shape is its "
+               "children per depth, e.g. 4,1,1 (N = 4 + 4 + 4 nodes, depth 3); a dynamic "
+               "EAGLE-2 tree is dynamic:NODES:DEPTH[:TOP] (TOP 4 when left out), e.g. "
+               "'4,1,1;2,2,1;dynamic:16:6:4'")
+
+
+def tree_label(tree) -> str:
+  """'4,1,1' for a static shape, 'dynamic:16:6:4' for a dynamic tree (what `parse_tree`
+  reads back)."""
+  if isinstance(tree, DynamicTree):
+    return f'dynamic:{tree.nodes}:{tree.depth}:{tree.top}'
+  return ','.join(map(str, tree.branching))
+
+
+def parse_tree(text: str, flag: str):
+  """One tree written as `tree_label` writes it: a `TreeShape` or a `DynamicTree`.
+
+  Args:
+    text: e.g. '4,1,1' or 'dynamic:16:6:4'.
+    flag: the flag it came from, named in the errors (e.g. '--trees').
+
+  Raises:
+    ValueError: a bad tree (one line naming the flag, the item and the syntax).
+  """
+  item = text.strip()
+  bad = ValueError(f'{flag}: bad tree {item!r}; {TREE_SYNTAX}')
+  if item.lower().startswith('dynamic'):
+    parts = item.split(':')
+    if parts[0].lower() != 'dynamic' or len(parts) not in (3, 4):
+      raise bad
+    try:
+      numbers = [int(p) for p in parts[1:]]
+    except ValueError:
+      raise bad from None
+    nodes, depth, top = (numbers + [4])[:3]
+    if min(numbers) < 1:
+      raise ValueError(f'{flag}: {item}: NODES, DEPTH and TOP must be >= 1')
+    pool = top + (depth - 1) * top * top  # DynamicTree.pool_size
+    if nodes > pool:
+      raise ValueError(f'{flag}: {item}: depth {depth} and top {top} grow {pool} '
+                       f'candidates, fewer than its {nodes} nodes; raise DEPTH or TOP, or '
+                       'lower NODES')
+    return DynamicTree(nodes, depth, top)
+  try:
+    return TreeShape(tuple(int(p) for p in item.split(',')))
+  except ValueError:
+    raise bad from None

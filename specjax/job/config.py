@@ -14,14 +14,13 @@ from specjax.core.rule import THRESHOLD_RULES, VerificationRule
 from specjax.core.sampling import SamplingConfig
 from specjax.core.tree import DynamicTree, TreeShape
 from specjax.flags import flag
-from specjax.job import drafts, tree_auto
+from specjax.job import drafts, tree_auto, tree_checks
 from specjax.job.inputs import PAD_MODES
 from specjax.job.reader import INPUT_FORMATS
+from specjax.job.tree_checks import AUTO, TREE_TOP
 from specjax.proposers import draft_names
 
-AUTO = 'auto'
 SEEDS = 2 ** 32  # seeds in [0, SEEDS) give distinct PRNG keys
-TREE_TOP = 4  # --tree-top's default
 
 
 def parse_gamma(text: str) -> Union[int, str]:
@@ -304,7 +303,7 @@ class DecodeConfig:
             ['--draft-threshold'] if self.draft_threshold > 0 else [])
         raise ValueError(f'--draft {self.draft} verifies its window and n-grams as one tree '
                          f'of its own shape: drop {" and ".join(flags)}')
-    self._check_tree()
+    tree_checks.check_tree(self)
     if self.gamma != AUTO and (not isinstance(self.gamma, int) or isinstance(self.gamma, bool)
                                or self.gamma < 1):
       raise ValueError(f'gamma must be an integer >= 1 (draft tokens per target call), got '
@@ -337,88 +336,3 @@ class DecodeConfig:
       raise ValueError(f'--draft {self.draft} drafts from the target\'s hidden states, which '
                        'the verify call returns for every draft: drop --draft-threshold')
     self.rule.checked(self.sampling.greedy)
-
-  def _check_tree(self) -> None:
-    """One-line ValueErrors for a tree that cannot run as asked (see `check`)."""
-    if self.tree is not None and (self.tree_nodes is not None
-                                  or self.tree_depth is not None):
-      raise ValueError('--tree (a static tree) and --tree-nodes/--tree-depth (a dynamic one) '
-                       'exclude each other: pass one of them')
-    if self.auto_trees is not None and self.tree != AUTO:
-      raise ValueError(f'{tree_auto.FLAG} lists the candidates of --tree auto: pass --tree '
-                       f'auto, or drop {tree_auto.FLAG}')
-    if self.tree == AUTO:
-      self._check_tree_auto()
-      return
-    if (self.tree_nodes is None) != (self.tree_depth is None):
-      given, missing = (('--tree-nodes', '--tree-depth') if self.tree_depth is None
-                        else ('--tree-depth', '--tree-nodes'))
-      raise ValueError(f'{given} needs {missing}: a dynamic tree takes both, e.g. '
-                       '--tree-nodes 8 --tree-depth 4')
-    tree = self.token_tree
-    if tree is None:
-      if self.tree_top != TREE_TOP:
-        raise ValueError('--tree-top shapes a dynamic tree: pass --tree-nodes and '
-                         '--tree-depth with it, or drop it')
-      return
-    if self.tree is not None and self.tree_top != TREE_TOP:
-      raise ValueError('--tree-top shapes a dynamic tree (--tree-nodes), not --tree: drop it')
-    tree_rule = self.verification == 'token' or self.rule.typical is not None
-    rules = [] if tree_rule else [f'--verification {self.verification}']
-    rules += ['--draft-threshold'] if self.draft_threshold > 0 else []
-    if rules:
-      raise ValueError(f'a tree is verified by the exact tree rule: drop '
-                       f'{" and ".join(rules)}, or drop the tree')
-    if self.draft.startswith(drafts.CASCADE):
-      raise ValueError(f'--draft {self.draft} is a cascade, which drafts chains: drop the tree')
-    if self.draft.startswith(drafts.HYBRID):
-      raise ValueError(f'--draft {self.draft} proposes chains only: trees need a draft model, '
-                       'copy or bigram; pass --draft NAME, copy or bigram, or drop the tree')
-    if self.draft == drafts.COPY and self.tree is None:
-      raise ValueError('--draft copy grows static trees only (it has no probabilities to '
-                       'grow a dynamic tree by): pass --tree B1,B2,.. instead of --tree-nodes')
-    if drafts.is_retrieval(self.draft) and self.tree is not None:
-      raise ValueError(f'--draft {self.draft} proposes the trie of what it retrieves, not a '
-                       'fixed branching: pass --tree-nodes N --tree-depth D instead of --tree')
-    depth = tree.depth_count
-    if self.gamma != AUTO and self.gamma != depth:
-      raise ValueError(f'--gamma {self.gamma} disagrees with the tree, which drafts {depth} '
-                       f'tokens deep: drop --gamma (a tree\'s gamma is its depth, {depth}), or '
-                       'drop the tree')
-    if depth > self.max_decode_len:
-      raise ValueError(f'the tree is {depth} deep, more than --max-decode-len '
-                       f'{self.max_decode_len}: no output holds that many draft tokens; pass '
-                       'a shallower tree or a longer --max-decode-len')
-
-  def _check_tree_auto(self) -> None:
-    """One-line ValueErrors for --tree auto that cannot run as asked (see `check`)."""
-    if self.gamma != AUTO:
-      raise ValueError(f'--tree auto picks the chain\'s gamma or a tree by --gamma auto\'s '
-                       f'calibration: drop --gamma {self.gamma}, or pass a tree (--tree '
-                       'B1,B2,.. or --tree-nodes N --tree-depth D) instead of auto')
-    if self.tree_top != TREE_TOP:
-      raise ValueError('--tree-top shapes a dynamic tree (--tree-nodes); with --tree auto '
-                       f'write it into {tree_auto.FLAG} (dynamic:N:D:TOP): drop --tree-top')
-    tree_rule = self.verification == 'token' or self.rule.typical is not None
-    rules = [] if tree_rule else [f'--verification {self.verification}']
-    rules += ['--draft-threshold'] if self.draft_threshold > 0 else []
-    if rules:
-      raise ValueError(f'--tree auto may pick a tree, which the exact tree rule verifies: drop '
-                       f'{" and ".join(rules)}, or drop --tree auto')
-    if self.draft.startswith((drafts.CASCADE, drafts.HYBRID)):
-      raise ValueError(f'--draft {self.draft} proposes chains only: --tree auto needs a '
-                       'draft that grows trees (a draft model, copy, bigram, layerskip, '
-                       'medusa, eagle, rest, suffix); drop --tree auto (--gamma auto '
-                       'calibrates the chain)')
-    trees = tree_auto.parse(self.auto_trees)
-    if self.auto_trees is not None:
-      wrong = (tree_auto.of_kinds(trees, static=False, dynamic=True)
-               if self.draft == drafts.COPY else
-               tree_auto.of_kinds(trees, static=True, dynamic=False)
-               if drafts.is_retrieval(self.draft) else [])
-      if wrong:
-        kind, other = (('static trees only', 'dynamic') if self.draft == drafts.COPY else
-                       ('the trie of what it retrieves (dynamic trees) only', 'static'))
-        raise ValueError(f'--draft {self.draft} grows {kind}: drop the {other} '
-                         f'{", ".join(tree_auto.label(t) for t in wrong)} from '
-                         f'{tree_auto.FLAG}')

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple, Union
 
+from specjax.core import tree as tree_lib
 from specjax.core.tree import DynamicTree, TreeShape
 
 Tree = Union[TreeShape, DynamicTree]
@@ -19,38 +20,13 @@ FLAG = '--auto-trees'
 # 16 and 32 nodes that did best per node budget on the bundled tasks (docs/benchmarks.md,
 # "Token trees"), all at most 8 deep.
 DEFAULT = '2,1,1,1;2,2,1,1;4,2,1;dynamic:8:8:2;dynamic:16:8:4;dynamic:32:8:4'
-SYNTAX = ("trees separated by ';' (quote them in a shell): a static shape is its children "
-          "per depth, e.g. 2,1,1,1; a dynamic EAGLE-2 tree is dynamic:NODES:DEPTH[:TOP] "
-          "(TOP 4 when left out), e.g. '2,1,1,1;dynamic:16:8:4'")
-
-
-def label(tree: Tree) -> str:
-  """'2,1,1,1' for a static shape, 'dynamic:16:8:4' for a dynamic tree."""
-  if isinstance(tree, DynamicTree):
-    return f'dynamic:{tree.nodes}:{tree.depth}:{tree.top}'
-  return ','.join(map(str, tree.branching))
+SYNTAX = tree_lib.TREE_SYNTAX
+label = tree_lib.tree_label
 
 
 def parse_one(text: str) -> Tree:
   """One candidate; a one-line ValueError naming it otherwise."""
-  item = text.strip()
-  bad = ValueError(f'{FLAG}: bad tree {item!r}; {SYNTAX}')
-  if item.lower().startswith('dynamic'):
-    parts = item.split(':')
-    if parts[0].lower() != 'dynamic' or len(parts) not in (3, 4):
-      raise bad
-    try:
-      nodes, depth, top = ([int(p) for p in parts[1:]] + [4])[:3]
-    except ValueError:
-      raise bad from None
-    try:
-      return DynamicTree(nodes, depth, top)
-    except ValueError as e:
-      raise ValueError(f'{FLAG}: {item}: {e}') from None
-  try:
-    return TreeShape(tuple(int(p) for p in item.split(',')))
-  except ValueError:
-    raise bad from None
+  return tree_lib.parse_tree(text, FLAG)
 
 
 def parse(spec: Optional[str]) -> List[Tree]:

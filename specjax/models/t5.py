@@ -16,11 +16,10 @@ encoder/layers and decoder/layers, leaves [L, ...]; the cross K/V and the cache 
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, NamedTuple, Tuple
+from typing import Any, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -28,94 +27,14 @@ import jax.numpy as jnp
 from specjax.models import base
 from specjax.models import scan
 from specjax.models import t5_layers as layers
+from specjax.models import t5_params
 from specjax.models.t5_config import T5Config
 
 PyTree = Any
-_init = jax.nn.initializers
 # The params that hold a stack of layers (`layers_{i}` unrolled, `layers` scanned).
 STACKS = (('encoder',), ('decoder',))
 # A scanned cache or cross-attention leaf [B, L, N, H, T]: batch-major, then the layers.
 SCANNED_KV_AXES = ('batch', scan.LAYERS) + base.KV_AXES[1:]
-
-
-class _ParamSpec(NamedTuple):
-  """One parameter: its shape, T5X logical axis names and initializer."""
-  shape: Tuple[int, ...]
-  axes: Tuple[str, ...]
-  init: Callable
-
-
-class SelfLayout(NamedTuple):
-  """A decode call's self-attention layout (`T5.self_attention_layout`).
-
-  Attributes:
-    write_start: [B] int32, the cache slot of the call's first token.
-    mask: [B, K, T] bool, the slots each token attends to.
-    bias: [B, N, K, T], the relative position bias; None where each layer has its own
-      table (`T5Config.relpos_per_layer`) and computes it from the positions below.
-    query_pos: [B, K] int32, a token tree's query positions (None: a chain's, from
-      write_start).
-    key_pos: [B, T] int32, a token tree's key positions (None: a chain's, the slots).
-  """
-  write_start: jax.Array
-  mask: jax.Array
-  bias: jax.Array | None
-  query_pos: jax.Array | None = None
-  key_pos: jax.Array | None = None
-
-
-def _is_spec(x) -> bool:
-  return isinstance(x, _ParamSpec)
-
-
-def _param_specs(cfg: T5Config) -> PyTree:
-  """The whole T5X parameter tree as _ParamSpec leaves (docs/t5x_contracts.md)."""
-  d, nh, f, v = cfg.emb_dim, cfg.num_heads * cfg.head_dim, cfg.mlp_dim, cfg.vocab_size
-  fan_in_normal = _init.variance_scaling(1.0, 'fan_in', 'normal')
-  # T5X divides the query init by sqrt(head_dim) instead of scaling scores at runtime.
-  query_init = _init.variance_scaling(1.0 / cfg.head_dim, 'fan_in', 'normal')
-  mlp_init = _init.variance_scaling(1.0, 'fan_in', 'truncated_normal')
-  ones = _ParamSpec((d,), ('embed',), _init.ones)
-
-  def attention():
-    return {'query': {'kernel': _ParamSpec((d, nh), ('embed', 'joined_kv'), query_init)},
-            'key': {'kernel': _ParamSpec((d, nh), ('embed', 'joined_kv'), fan_in_normal)},
-            'value': {'kernel': _ParamSpec((d, nh), ('embed', 'joined_kv'), fan_in_normal)},
-            'out': {'kernel': _ParamSpec((nh, d), ('joined_kv', 'embed'), fan_in_normal)}}
-
-  def mlp():
-    p = {name: {'kernel': _ParamSpec((d, f), ('embed', 'mlp'), mlp_init)}
-         for name in layers.mlp_kernel_names(cfg.mlp_activations)}
-    p['wo'] = {'kernel': _ParamSpec((f, d), ('mlp', 'embed'), mlp_init)}
-    return p
-
-  # Fan-in over the buckets, as flax's default embedding init gives T5X.
-  relpos_init = _init.variance_scaling(1.0, 'fan_in', 'normal', in_axis=-1, out_axis=-2)
-
-  def relpos():
-    return {'rel_embedding': _ParamSpec(
-        (cfg.num_heads, cfg.relative_attention_num_buckets), ('heads', 'relpos_buckets'),
-        relpos_init)}
-
-  own = lambda: {'relpos_bias': relpos()} if cfg.relpos_per_layer else {}
-  shared = {} if cfg.relpos_per_layer else {'relpos_bias': relpos()}
-  encoder = {**shared, 'encoder_norm': {'scale': ones}}
-  for i in range(cfg.num_encoder_layers):
-    encoder[f'layers_{i}'] = {
-        'pre_attention_layer_norm': {'scale': ones}, 'attention': attention(),
-        'pre_mlp_layer_norm': {'scale': ones}, 'mlp': mlp(), **own()}
-  decoder = {**shared, 'decoder_norm': {'scale': ones}}
-  for i in range(cfg.num_decoder_layers):
-    decoder[f'layers_{i}'] = {
-        'pre_self_attention_layer_norm': {'scale': ones}, 'self_attention': attention(),
-        'pre_cross_attention_layer_norm': {'scale': ones},
-        'encoder_decoder_attention': attention(),
-        'pre_mlp_layer_norm': {'scale': ones}, 'mlp': mlp(), **own()}
-  if not cfg.logits_via_embedding:
-    decoder['logits_dense'] = {'kernel': _ParamSpec((d, v), ('embed', 'vocab'), mlp_init)}
-  return {'token_embedder': {'embedding': _ParamSpec((v, d), ('vocab', 'embed'),
-                                                     _init.normal(1.0))},
-          'encoder': encoder, 'decoder': decoder}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,26 +114,12 @@ class T5:
     """
     if self.config.scan_layers:
       return scan.to_scanned(self.unrolled.init(rng), STACKS)
-    specs, treedef = jax.tree.flatten(_param_specs(self.config), is_leaf=_is_spec)
-    keys = jax.random.split(rng, len(specs))
-    # One vmapped draw per distinct (shape, initializer) instead of one per leaf: XLA's
-    # compile time grows with the number of RNG calls (about 0.3 s each on CPU), and
-    # grouping makes that number independent of depth.
-    groups = collections.defaultdict(list)
-    for i, spec in enumerate(specs):
-      groups[(spec.shape, spec.init)].append(i)
-    leaves = [None] * len(specs)
-    for (shape, init), idx in groups.items():
-      draw = jax.vmap(lambda key, init=init, shape=shape: init(key, shape, jnp.float32))
-      values = draw(keys[jnp.asarray(idx)])  # [n, *shape]
-      for j, i in enumerate(idx):
-        leaves[i] = values[j]
-    return jax.tree.unflatten(treedef, leaves)
+    return t5_params.init(self.config, rng)
 
   def param_axes(self) -> PyTree:
     """Same tree as `init`, each leaf a tuple of T5X logical axis names (for sharding;
     scanned leaves lead with 'layers')."""
-    axes = jax.tree.map(lambda s: s.axes, _param_specs(self.unrolled.config), is_leaf=_is_spec)
+    axes = t5_params.param_axes(self.unrolled.config)
     return scan.to_scanned(axes, STACKS) if self.config.scan_layers else axes
 
   def embed(self, params: PyTree, tokens: jax.Array) -> jax.Array:
@@ -240,7 +145,7 @@ class T5:
             self.encoder_bias(enc['relpos_bias']['rel_embedding'], inputs.shape[1]))
     x = dropout(self.embed(params, inputs))  # [B, S, D]
     if cfg.scan_layers:
-      self._no_dropout(dropout)
+      layers.scanned_inference_only(dropout)
       x = scan.run(lambda h, p, i: self.encoder_layer(p, h, key_mask, bias), x,
                    enc[scan.LAYERS], cfg.num_encoder_layers, cfg.scan_unroll)
       x = self.rms_norm(x, enc['encoder_norm']['scale'])  # [B, S, D]
@@ -340,7 +245,7 @@ class T5:
     layout = self.self_attention_layout(params, positions, num_tokens, max_len, tree)
     x = dropout(self.embed(params, tokens))  # [B, K, D]
     if cfg.scan_layers:
-      self._no_dropout(dropout)
+      layers.scanned_inference_only(dropout)
       x, new_cache = self._scanned_decoder(dec[scan.LAYERS], x, cache, layout, encoded)
       return self._close(params, x, new_cache, return_hidden)
     new_cache = {}
@@ -371,15 +276,8 @@ class T5:
                      self.config.scan_unroll)
     return x, {scan.LAYERS: kv}
 
-  @staticmethod
-  def _no_dropout(dropout):
-    if dropout is not layers.NO_DROPOUT:
-      raise ValueError('scanned layers run inference only: train the unrolled model '
-                       '(T5(config.replace(scan_layers=False))) and convert its params with '
-                       'specjax.models.scan.to_scanned')
-
   def self_attention_layout(self, params: PyTree, positions: jax.Array, num_tokens: int,
-                            max_len: int, tree: base.Tree | None = None) -> SelfLayout:
+                            max_len: int, tree: base.Tree | None = None) -> layers.SelfLayout:
     """Where a decode call's K tokens sit and what they attend to (`decode`'s layout,
     which a draft layer over the decoder's positions, EAGLE's, shares).
 
@@ -393,29 +291,26 @@ class T5:
     if tree is None:
       write_start = positions.astype(jnp.int32)
       mask = base.causal_mask(write_start, num_tokens, max_len)  # [B, K, T]
-      layout = SelfLayout(write_start=write_start, mask=mask, bias=None)
+      layout = layers.SelfLayout(write_start=write_start, mask=mask, bias=None)
     else:
       query_pos, key_pos, mask, write_start = base.attention_layout(positions, num_tokens,
                                                                     max_len, tree)
-      layout = SelfLayout(write_start, mask, None, query_pos, key_pos)
+      layout = layers.SelfLayout(write_start, mask, None, query_pos, key_pos)
     if cfg.relpos_per_layer:
       return layout
     return layout._replace(bias=self.self_attention_bias(
         params['decoder']['relpos_bias']['rel_embedding'], layout))
 
-  def self_attention_bias(self, rel_embedding: jax.Array, layout: SelfLayout) -> jax.Array:
+  def self_attention_bias(self, rel_embedding: jax.Array,
+                          layout: layers.SelfLayout) -> jax.Array:
     """The decoder's relative position bias [B, N, K, T] of a layout from a table [N,
     buckets]."""
     cfg = self.config
-    buckets = (cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
-    table = self._rel_table(rel_embedding)
-    if layout.query_pos is None:
-      num_tokens, max_len = layout.mask.shape[1:]
-      return layers.decoder_position_bias(table, layout.write_start, num_tokens, max_len,
-                                          *buckets)
-    return layers.tree_position_bias(table, layout.query_pos, layout.key_pos, *buckets)
+    return layers.layout_position_bias(
+        self._rel_table(rel_embedding), layout, cfg.relative_attention_num_buckets,
+        cfg.relative_attention_max_distance)
 
-  def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: SelfLayout,
+  def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: layers.SelfLayout,
                     cross: PyTree, cross_mask: jax.Array,
                     dropout: layers.Dropout = layers.NO_DROPOUT,
                     layer: jax.Array | None = None) -> Tuple[jax.Array, PyTree]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +55,25 @@ def hashed_uniform_bits(key: jax.Array, shape: Tuple[int, ...]) -> jax.Array:
   return _fmix32(_fmix32(index * jnp.uint32(0x9E3779B1) + seeds[0]) ^ seeds[1])
 
 
+class SelfLayout(NamedTuple):
+  """A decode call's self-attention layout (`T5.self_attention_layout`).
+
+  Attributes:
+    write_start: [B] int32, the cache slot of the call's first token.
+    mask: [B, K, T] bool, the slots each token attends to.
+    bias: [B, N, K, T], the relative position bias; None where each layer has its own
+      table (`T5Config.relpos_per_layer`) and computes it from the positions below.
+    query_pos: [B, K] int32, a token tree's query positions (None: a chain's, from
+      write_start).
+    key_pos: [B, T] int32, a token tree's key positions (None: a chain's, the slots).
+  """
+  write_start: jax.Array
+  mask: jax.Array
+  bias: jax.Array | None
+  query_pos: jax.Array | None = None
+  key_pos: jax.Array | None = None
+
+
 class Dropout:
   """Inverted dropout for training (T5X's `dropout_rate`); the identity at rate 0.
 
@@ -78,6 +97,19 @@ class Dropout:
 
 
 NO_DROPOUT = Dropout(0.0, None)
+
+
+def scanned_inference_only(dropout: Dropout) -> None:
+  """Scanned layers run inference only (one Dropout instance would give every layer of
+  the scan the same masks).
+
+  Raises:
+    ValueError: dropout was asked for (one line naming the conversion).
+  """
+  if dropout is not NO_DROPOUT:
+    raise ValueError('scanned layers run inference only: train the unrolled model '
+                     '(T5(config.replace(scan_layers=False))) and convert its params with '
+                     'specjax.models.scan.to_scanned')
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, round_before_scale: bool = False) -> jax.Array:
@@ -311,3 +343,15 @@ def _causal_bias(rel_embedding: jax.Array, distance: jax.Array, num_buckets: int
   bias = jnp.einsum('nj,bktj->bnkt', rel_embedding.astype(jnp.float32), one_hot,
                     precision=jax.lax.Precision.HIGHEST)  # [B, N, K, T]
   return bias.astype(rel_embedding.dtype)
+
+
+def layout_position_bias(rel_embedding: jax.Array, layout: SelfLayout, num_buckets: int,
+                         max_distance: int) -> jax.Array:
+  """The decoder's relative position bias [B, N, K, T] of a call's layout: a chain's
+  (`decoder_position_bias`) or a token tree's (`tree_position_bias`)."""
+  if layout.query_pos is None:
+    num_tokens, max_len = layout.mask.shape[1:]
+    return decoder_position_bias(rel_embedding, layout.write_start, num_tokens, max_len,
+                                 num_buckets, max_distance)
+  return tree_position_bias(rel_embedding, layout.query_pos, layout.key_pos, num_buckets,
+                            max_distance)
