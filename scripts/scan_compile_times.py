@@ -10,9 +10,9 @@ machine then hits both), keeping each program's fastest compile:
 - 'tpu': T5-XXL's verify of K = 9 tokens and its one-token step, and t5_small's step
   (the draft's), compiled for one TPU v4 chip by libtpu (compile-only, bfloat16, B = 1 and
   8, S = 128, L = 128; `specjax.speed.programs`); with each, its bytes accessed and flops
-  from XLA's cost analysis, which counts a loop's body once: the scanned layout is also
-  compiled once with `scan_unroll` = L (the same computation as straight-line code), whose
-  figures count every layer;
+  from XLA's cost analysis, which counts a loop's body once (`per_call` counts it L
+  times, with the unrolled model at half depth compiled once for the part outside the
+  layers);
 - 'cpu': the bundled demo pair's whole speculative decode (`speculative_decode` at
   gamma 4, batch 8, the 8 sample sentences' shapes), lowered and compiled on this CPU.
 No program runs: only compile times and compile-time costs are measured.
@@ -35,16 +35,39 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TPU_PROGRAMS = (('t5_xxl', 'verify', 9), ('t5_xxl', 'step', 1), ('t5_small', 'step', 1))
 
 
-LAYOUTS = ('unrolled', 'scanned', 'scanned, unroll L')
+LAYOUTS = ('unrolled', 'scanned', 'unrolled, half depth')
+LAYERS = {'t5_xxl': 24, 't5_small': 8}  # decoder layers
 
 
 def _configs(layout: str):
   """(target, draft) configs of a layout."""
   from specjax.models.t5_config import t5_small, t5_xxl  # pylint: disable=import-outside-toplevel
+  if layout == 'scanned':
+    return t5_xxl.replace(scan_layers=True), t5_small.replace(scan_layers=True)
   if layout == 'unrolled':
     return t5_xxl, t5_small
-  unroll = lambda c: c.num_decoder_layers if layout == LAYOUTS[2] else 1
-  return tuple(c.replace(scan_layers=True, scan_unroll=unroll(c)) for c in (t5_xxl, t5_small))
+  half = lambda c: c.replace(num_decoder_layers=c.num_decoder_layers // 2,
+                             num_encoder_layers=c.num_encoder_layers // 2)
+  return half(t5_xxl), half(t5_small)
+
+
+def per_call(rows: dict, key: tuple, layers: int) -> dict:
+  """What one call of the scanned program reads and computes, every layer counted.
+
+  XLA's cost analysis counts a loop's body once: the scanned program's figure is (outside
+  the layers) + (one pass of the body). The unrolled model at full and half depth share
+  the part outside the layers and differ by L/2 layers, so that part is 2 * half - full;
+  the scanned body is the scanned figure less it, and a call runs it L times.
+
+  Returns:
+    {'bytes', 'flops'}: outside + L * (scanned - outside).
+  """
+  out = {}
+  for what in ('bytes', 'flops'):
+    full, half = rows[key + ('unrolled',)][what], rows[key + (LAYOUTS[2],)][what]
+    outside = 2 * half - full
+    out[what] = outside + layers * (rows[key + ('scanned',)][what] - outside)
+  return out
 
 
 def _compile_fresh(fn, args, donate=()):
@@ -57,7 +80,7 @@ def _compile_fresh(fn, args, donate=()):
 
 def tpu_part(rounds: int, batches) -> list:
   """Rows {model, program, tokens, batch, layout, compile_seconds, bytes, flops} of the
-  TPU programs, the fastest of `rounds` compiles each ('scanned, unroll L' once: it is
+  TPU programs, the fastest of `rounds` compiles each (the half-depth model once: it is
   there for its costs)."""
   from specjax.speed import cli, programs  # pylint: disable=import-outside-toplevel
   cli.prepare_tpu()
@@ -144,11 +167,10 @@ def section(data: dict) -> str:
   if tpu:
     lines += ['Compile-only on one TPU v4 chip (libtpu), T5-XXL (24 decoder layers) and '
               't5_small (8), bfloat16, S = 128, L = 128, JAX\'s in-memory caches emptied '
-              'before each compile. Bytes and flops per call: XLA\'s cost analysis. It counts '
-              'a loop\'s body once, so the scanned loop\'s own figures leave out all its '
-              'layers but one; the same stacked params with the scan unrolled (`scan_unroll` '
-              '= L: the loop\'s computation as straight-line code) count every layer, and '
-              'are the scanned bytes below.', '',
+              'before each compile. Bytes and flops per call: XLA\'s cost analysis, which '
+              'counts a loop\'s body once; the scanned figures count the body L times '
+              '(`per_call`: the part outside the layers from the unrolled model at full and '
+              'half depth, compiled in the same run).', '',
               '| program | B | compile, unrolled (s) | compile, scanned (s) | x faster | '
               'bytes, unrolled (MB) | bytes, scanned (MB) | bytes ratio | flops ratio |',
               '|---|---|---|---|---|---|---|---|---|']
@@ -157,13 +179,14 @@ def section(data: dict) -> str:
         key = (model, program, tokens, batch)
         if any(key + (layout,) not in tpu for layout in LAYOUTS):
           continue
-        u, sc, full = (tpu[key + (layout,)] for layout in LAYOUTS)
+        u, sc = tpu[key + ('unrolled',)], tpu[key + ('scanned',)]
+        call = per_call(tpu, key, LAYERS[model])
         name = f'{model} {program}' + (f' K={tokens}' if program == 'verify' else '')
         lines.append(
             f'| {name} | {batch} | {u["compile_seconds"]:.1f} | {sc["compile_seconds"]:.1f} | '
             f'{u["compile_seconds"] / sc["compile_seconds"]:.1f} | {u["bytes"] / 1e6:,.0f} | '
-            f'{full["bytes"] / 1e6:,.0f} | {full["bytes"] / u["bytes"]:.3f} | '
-            f'{full["flops"] / u["flops"]:.3f} |')
+            f'{call["bytes"] / 1e6:,.0f} | {call["bytes"] / u["bytes"]:.3f} | '
+            f'{call["flops"] / u["flops"]:.3f} |')
     lines.append('')
   if cpu:
     lines.append(f'On this CPU the bundled demo pair (4 and 2 layers deep) compiles its whole '

@@ -230,9 +230,12 @@ class CausalLM:
                                         jax.tree.leaves(cache)[0].shape[-1], tree)
     x = self.embed(params, tokens, layout.query_pos)  # [B, K, D]
     if self.config.scan_layers:
-      x, stacked = scan.run(lambda c, p, i: self.decoder_layer(p, *c, layout, layer=i),
-                            (x, cache[scan.LAYERS]), params[scan.LAYERS],
-                            self.config.num_layers, self.config.scan_unroll)
+      kv = cache[scan.LAYERS]
+      body = lambda h, p, i: self.decoder_layer(
+          p, h, {n: scan.layer_slice(a, i) for n, a in kv.items()}, layout, new_only=True)
+      x, new = scan.run(body, x, params[scan.LAYERS], self.config.num_layers,
+                        self.config.scan_unroll)  # new: [L, B, M, H, K]
+      stacked = {n: scan.write_layers(kv[n], new[n], layout.write_start) for n in kv}
       new_cache = {scan.LAYERS: stacked}
     else:
       new_cache = []
@@ -274,21 +277,20 @@ class CausalLM:
     return x
 
   def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: SelfLayout,
-                    layer: jax.Array | None = None) -> Tuple[jax.Array, PyTree]:
+                    new_only: bool = False) -> Tuple[jax.Array, PyTree]:
     """One layer: self-attention (writing its K/V into the cache) and MLP, each pre-normed
     and residual.
 
     Args:
       p: the layer's params.
       x: [B, K, D] its input.
-      cache: {'k', 'v': [B, M, H, T]}, the layer's cache (with `layer`: the stacked
-        cache [B, L, M, H, T] of every layer).
+      cache: {'k', 'v': [B, M, H, T]}, the layer's cache.
       layout: from `self_attention_layout`.
-      layer: None, or this layer's index in a stacked cache (scanned layers).
+      new_only: give out this call's K/V {'k', 'v': [B, M, H, K]} instead of the written
+        cache (scanned layers write them into their stacked cache after the scan).
 
     Returns:
-      (x [B, K, D], the cache with the K tokens' K/V written: the stacked one with
-      `layer`).
+      (x [B, K, D], the cache with the K tokens' K/V written, or this call's K/V).
     """
     c = self.config
     dtype = jnp.dtype(c.dtype)
@@ -302,15 +304,9 @@ class CausalLM:
       q = layers.apply_rope(q, layout.query_pos, inv_freq)
       k = layers.apply_rope(k, layout.query_pos, inv_freq)
     k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 3, 1)  # [B, M, H, K]
-    if layer is None:
-      keys = base.write_cache(cache['k'], k, layout.write_start)
-      values = base.write_cache(cache['v'], v, layout.write_start)
-      new_cache = {'k': keys, 'v': values}  # [B, M, H, T]
-    else:
-      (k_stack, keys), (v_stack, values) = (
-          scan.write_layer(cache[n], new, layer, layout.write_start)
-          for n, new in (('k', k), ('v', v)))  # [B, L, M, H, T], [B, M, H, T]
-      new_cache = {'k': k_stack, 'v': v_stack}
+    keys = base.write_cache(cache['k'], k, layout.write_start)  # [B, M, H, T]
+    values = base.write_cache(cache['v'], v, layout.write_start)
+    new_cache = {'k': k, 'v': v} if new_only else {'k': keys, 'v': values}
     y = layers.attention(q, keys.astype(dtype), values.astype(dtype), layout.mask)
     x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
     x = x + layers.mlp(layers.norm(x, p['mlp_norm'], c), p['mlp'], c)

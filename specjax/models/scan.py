@@ -9,8 +9,9 @@ compiling it no longer grows with depth (T5X's `scan_layers`).
 A scanned model's cache is stacked too, but stays batch-major as the model contract
 wants (`base.Model.init_cache`): each leaf [B, L, ...] (axes 'batch', 'layers', ...), so
 the loop's per-row moves (refill, a token tree's accepted path, the mesh's batch axis)
-read it as any other cache. Each layer writes its K new entries in place, one update
-per row (`write_layer`), and reads its slice (`layer_slice`).
+read it as any other cache. Each layer reads its slice (`layer_slice`), writes its K new
+entries into a copy of it for its own attention, and gives them out; the stacked cache
+takes every layer's entries after the scan (`write_layers`).
 
 The two layouts hold the same numbers: `to_scanned` and `to_unrolled` convert a params
 (or param axes) tree either way, so one checkpoint serves both.
@@ -145,17 +146,21 @@ def as_unrolled(model, params: PyTree) -> Tuple[Any, PyTree]:
   return _with_scan(model, False), to_unrolled(params, model.LAYER_STACKS)
 
 
-def run(body: Callable, carry: Any, stacked: PyTree, count: int, unroll: int = 1) -> Any:
-  """`carry = body(carry, layer_params, i)` for i = 0 .. count-1, as one `lax.scan`.
+def run(body: Callable, carry: Any, stacked: PyTree, count: int, unroll: int = 1
+        ) -> Tuple[Any, Any]:
+  """`carry, y = body(carry, layer_params, i)` for i = 0 .. count-1, as one `lax.scan`.
 
   Args:
     body: (carry, the layer's params (leaves without the layer axis), i: int32 scalar)
-      -> the new carry.
-    carry: the loop's carry (activations, and a stacked cache where the body writes one).
+      -> (the new carry, what the layer gives out: a pytree, or None).
+    carry: the loop's carry (the activations).
     stacked: the stacked params, leaves [L', ...] with L' >= count (a model cut after its
       first `count` layers, layer-skip's, runs the first ones).
     count: how many layers to run.
     unroll: layers per loop iteration (`jax.lax.scan`'s unroll; the same values).
+
+  Returns:
+    (the last carry, the layers' outputs stacked: leaves [count, ...]).
   """
   first = jax.tree.leaves(stacked)[0].shape[0]
   if count != first:
@@ -163,11 +168,10 @@ def run(body: Callable, carry: Any, stacked: PyTree, count: int, unroll: int = 1
 
   def step(c, xs):
     params, i = xs
-    return body(c, params, i), None
+    return body(c, params, i)
 
-  carry, _ = jax.lax.scan(step, carry, (stacked, jnp.arange(count, dtype=jnp.int32)),
-                          unroll=unroll)
-  return carry
+  return jax.lax.scan(step, carry, (stacked, jnp.arange(count, dtype=jnp.int32)),
+                      unroll=unroll)
 
 
 def layer_slice(stacked: jax.Array, layer: jax.Array) -> jax.Array:
@@ -175,20 +179,21 @@ def layer_slice(stacked: jax.Array, layer: jax.Array) -> jax.Array:
   return jax.lax.dynamic_index_in_dim(stacked, layer, axis=1, keepdims=False)
 
 
-def write_layer(stacked: jax.Array, new: jax.Array, layer: jax.Array,
-                positions: jax.Array) -> Tuple[jax.Array, jax.Array]:
-  """Writes new [B, ..., K] into layer `layer` of a stacked cache [B, L, ..., T] at the
-  per-row slots positions [B] (positions[b] + K <= T is the caller's job).
+def write_layers(stacked: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:
+  """Writes every layer's new entries new [L', B, ..., K] (a scan's outputs, L' <= L)
+  into a stacked cache [B, L, ..., T] at the per-row slots positions [B], once per call
+  (positions[b] + K <= T is the caller's job).
 
-  Each row's K entries are written in place, one update per row. (Vmapped, the rows'
-  updates become one scatter, which TPU costs at the whole stacked array's size.)
-
-  Returns:
-    (the stacked cache [B, L, ..., T], the layer's written slice [B, ..., T]).
+  The layers read their slices inside the scan and write their K entries here, after it:
+  updates of the stacked array inside the scan, one per layer and row, each cost TPU as
+  much as the whole array.
   """
-  new = new.astype(stacked.dtype)[:, None]  # [B, 1, ..., K]
-  zeros = (0,) * (stacked.ndim - 3)
-  for row in range(stacked.shape[0]):
-    stacked = jax.lax.dynamic_update_slice(
-        stacked, new[row:row + 1], (row, layer) + zeros + (positions[row],))
-  return stacked, layer_slice(stacked, layer)
+  new = jnp.moveaxis(new.astype(stacked.dtype), 0, 1)  # [B, L', ..., K]
+  zeros = (0,) * (stacked.ndim - 2)
+  if stacked.shape[0] == 1:
+    return jax.lax.dynamic_update_slice(stacked, new, (0,) + zeros + (positions[0],))
+
+  def one_row(row, row_new, pos):
+    return jax.lax.dynamic_update_slice(row, row_new, zeros + (pos,))
+
+  return jax.vmap(one_row)(stacked, new, positions)

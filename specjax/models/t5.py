@@ -146,8 +146,9 @@ class T5:
     x = dropout(self.embed(params, inputs))  # [B, S, D]
     if cfg.scan_layers:
       layers.scanned_inference_only(dropout)
-      x = scan.run(lambda h, p, i: self.encoder_layer(p, h, key_mask, bias), x,
-                   enc[scan.LAYERS], cfg.num_encoder_layers, cfg.scan_unroll)
+      x, _ = scan.run(lambda h, p, i: (self.encoder_layer(p, h, key_mask, bias), None), x,
+                      self._by_heads(enc[scan.LAYERS]), cfg.num_encoder_layers,
+                      cfg.scan_unroll)
       x = self.rms_norm(x, enc['encoder_norm']['scale'])  # [B, S, D]
       att = params['decoder'][scan.LAYERS]['encoder_decoder_attention']
       kv = {n: jax.vmap(layers.project_kv, (None, 0, None), 1)(
@@ -263,18 +264,24 @@ class T5:
     logits = self.project(params, y)
     return (logits, new_cache, y) if return_hidden else (logits, new_cache)
 
+  def _by_heads(self, stacked: PyTree) -> PyTree:
+    return layers.out_kernels_by_heads(stacked, self.config.num_heads, self.config.head_dim)
+
   def _scanned_decoder(self, stacked, x, cache, layout, encoded):
     """The decoder's layers as one scanned body over stacked params: x [B, K, D], the
     stacked cache and cross K/V [B, L, N, H, T or S] -> (x, the cache with this call's
     K/V written)."""
-    def body(carry, p, i):
-      h, kv = carry
-      cross = {n: scan.layer_slice(a, i) for n, a in encoded['cross'][scan.LAYERS].items()}
-      return self.decoder_layer(p, h, kv, layout, cross, encoded['mask'], layer=i)
+    kv = cache[scan.LAYERS]
 
-    x, kv = scan.run(body, (x, cache[scan.LAYERS]), stacked, self.config.num_decoder_layers,
-                     self.config.scan_unroll)
-    return x, {scan.LAYERS: kv}
+    def body(h, p, i):
+      cross = {n: scan.layer_slice(a, i) for n, a in encoded['cross'][scan.LAYERS].items()}
+      own = {n: scan.layer_slice(a, i) for n, a in kv.items()}  # [B, N, H, T]
+      return self.decoder_layer(p, h, own, layout, cross, encoded['mask'], new_only=True)
+
+    x, new = scan.run(body, x, self._by_heads(stacked), self.config.num_decoder_layers,
+                      self.config.scan_unroll)  # new: [L, B, N, H, K]
+    return x, {scan.LAYERS: {n: scan.write_layers(kv[n], new[n], layout.write_start)
+                             for n in kv}}
 
   def self_attention_layout(self, params: PyTree, positions: jax.Array, num_tokens: int,
                             max_len: int, tree: base.Tree | None = None) -> layers.SelfLayout:
@@ -313,7 +320,7 @@ class T5:
   def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: layers.SelfLayout,
                     cross: PyTree, cross_mask: jax.Array,
                     dropout: layers.Dropout = layers.NO_DROPOUT,
-                    layer: jax.Array | None = None) -> Tuple[jax.Array, PyTree]:
+                    new_only: bool = False) -> Tuple[jax.Array, PyTree]:
     """One decoder layer: self-attention (writing its K/V into the cache), cross-attention
     to the encoder's K/V, MLP, each pre-normed and residual.
 
@@ -321,30 +328,24 @@ class T5:
       p: the layer's params (only the cross-attention's query and out kernels are read:
         its K/V come projected in `cross`).
       x: [B, K, D] its input.
-      cache: {'k', 'v': [B, N, H, T]}, the layer's self-attention cache (with `layer`:
-        the stacked cache [B, L, N, H, T] of every layer).
+      cache: {'k', 'v': [B, N, H, T]}, the layer's self-attention cache.
       layout: from `self_attention_layout`.
       cross: {'k', 'v': [B, N, H, S]}, the encoder output's keys and values.
       cross_mask: [B, S] bool, the real input tokens.
       dropout: training only.
-      layer: None, or this layer's index in a stacked cache (scanned layers).
+      new_only: give out this call's K/V {'k', 'v': [B, N, H, K]} instead of the written
+        cache (scanned layers write them into their stacked cache after the scan).
 
     Returns:
-      The layer's output [B, K, D] and its new cache (the stacked one with `layer`).
+      The layer's output [B, K, D] and its new cache (or this call's K/V, `new_only`).
     """
     cfg = self.config
     h = self.rms_norm(x, p['pre_self_attention_layer_norm']['scale'])
     att = p['self_attention']
     q, k, v = layers.project_qkv(h, att, cfg.num_heads)  # [B, K, N, H], [B, N, H, K]
-    if layer is None:
-      k_all = base.write_cache(cache['k'], k, layout.write_start)  # [B, N, H, T]
-      v_all = base.write_cache(cache['v'], v, layout.write_start)
-      new_cache = {'k': k_all, 'v': v_all}
-    else:
-      (k_stack, k_all), (v_stack, v_all) = (
-          scan.write_layer(cache[n], new, layer, layout.write_start)
-          for n, new in (('k', k), ('v', v)))  # [B, L, N, H, T], [B, N, H, T]
-      new_cache = {'k': k_stack, 'v': v_stack}
+    k_all = base.write_cache(cache['k'], k, layout.write_start)  # [B, N, H, T]
+    v_all = base.write_cache(cache['v'], v, layout.write_start)
+    new_cache = {'k': k, 'v': v} if new_only else {'k': k_all, 'v': v_all}
     bias = (layout.bias if layout.bias is not None else
             self.self_attention_bias(p['relpos_bias']['rel_embedding'], layout))
     y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),

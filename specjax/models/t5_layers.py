@@ -213,6 +213,17 @@ def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
   return y.astype(x.dtype)
 
 
+def out_kernels_by_heads(stacked: dict, num_heads: int, head_dim: int) -> dict:
+  """Stacked layer params with each attention's out kernel [L, N*H, D] viewed as [L, N, H,
+  D] (free): a layer's slice is then the [N, H, D] view `merge_heads` takes. Sliced first
+  and viewed after, inside a scan, the slice was copied in every layer."""
+  def view(sub):
+    kernel = sub['out']['kernel']
+    return {**sub, 'out': {'kernel': kernel.reshape(kernel.shape[0], num_heads, head_dim, -1)}}
+  return {name: view(sub) if isinstance(sub, dict) and 'out' in sub else sub
+          for name, sub in stacked.items()}
+
+
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                           bias: jax.Array | None = None, dropout: Dropout = NO_DROPOUT,
                           logits_dtype=jnp.float32) -> jax.Array:
