@@ -194,7 +194,7 @@ class DecodeConfig:
                                  'compile cache', negated='--no-compile-cache')
   scan_layers: bool = flag(False, 'run each stack of layers as one scanned body (T5X\'s '
                            'scan_layers): the same output, and a program whose compile time '
-                           'does not grow with depth (docs/tpu_speed.md, "Scanned layers")')
+                           'does not grow with depth (README, "Scanned layers")')
   json: bool = flag(False, 'print the summary as one JSON object')
   quiet: bool = flag(False, 'no progress bar, no translations')
   progress: bool = flag(True, 'a progress bar on stderr', cli=False)
