@@ -40,6 +40,22 @@ def _tokens_per_second(decodes, passes: int) -> list:
   return [n / max(b, 1e-9) for n, b in zip(tokens, best)]
 
 
+def _calibration(target, tp, draft, dp, inputs, sampling, max_decode_len, max_gamma, mesh,
+                 rules, probe, slots):
+  """What `choose_gamma` and `choose_tree` both start from: the params and inputs placed
+  as the run places them, the probe inputs, c and v(K) for K up to max_gamma + 1 (as
+  `timing.step_costs` measures them), and the probe decodes' keyword arguments."""
+  rules = axis_rules.STANDARD_RULES if rules is None else rules
+  probe = np.asarray(inputs if probe is None else probe)
+  if mesh is not None:
+    tp, dp, inputs = _on_mesh(target, tp, draft, dp, inputs, mesh, rules)
+  costs = timing.step_costs(target, tp, draft, dp, inputs, max_gamma + 1, rounds=1,
+                            repeats=16, trials=3)
+  kw = dict(max_decode_len=max_decode_len, sampling=sampling, mesh=mesh, rules=rules,
+            slots=slots)
+  return tp, dp, inputs, probe, costs, kw
+
+
 def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
                  max_decode_len: int, max_gamma: int = 8, probe_gamma: int = 4,
                  mesh=None, rules: Optional[axis_rules.Rules] = None, probe=None,
@@ -71,14 +87,9 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     with the measured numbers, and the measurements (c, v, 'alpha', 'predicted_best',
     'predicted_speedup', 'measured_speedup', the 'devices' the calls ran on).
   """
-  rules = axis_rules.STANDARD_RULES if rules is None else rules
-  probe = np.asarray(inputs if probe is None else probe)
-  if mesh is not None:
-    tp, dp, inputs = _on_mesh(target, tp, draft, dp, inputs, mesh, rules)
-  costs = timing.step_costs(target, tp, draft, dp, inputs, max_gamma + 1, rounds=1,
-                            repeats=16, trials=3)
-  kw = dict(max_decode_len=max_decode_len, sampling=sampling, mesh=mesh, rules=rules,
-            slots=slots)
+  tp, dp, inputs, probe, costs, kw = _calibration(target, tp, draft, dp, inputs, sampling,
+                                                  max_decode_len, max_gamma, mesh, rules,
+                                                  probe, slots)
   first = api.speculative_decode(target, tp, draft, dp, probe, gamma=probe_gamma, **kw, **rule)
   s = jax.tree.map(np.asarray, first.stats)
   alpha = float(min(1.0, decode_figures(s).alpha))
@@ -186,14 +197,9 @@ def choose_tree(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     'predicted_speedup' and 'measured_speedup' (that candidate's), 'chosen' (its name, or
     'target alone').
   """
-  rules = axis_rules.STANDARD_RULES if rules is None else rules
-  probe = np.asarray(inputs if probe is None else probe)
-  if mesh is not None:
-    tp, dp, inputs = _on_mesh(target, tp, draft, dp, inputs, mesh, rules)
-  costs = timing.step_costs(target, tp, draft, dp, inputs, max_gamma + 1, rounds=1,
-                            repeats=16, trials=3)
-  kw = dict(max_decode_len=max_decode_len, sampling=sampling, mesh=mesh, rules=rules,
-            slots=slots)
+  tp, dp, inputs, probe, costs, kw = _calibration(target, tp, draft, dp, inputs, sampling,
+                                                  max_decode_len, max_gamma, mesh, rules,
+                                                  probe, slots)
   decode = lambda gamma, tree: api.speculative_decode(target, tp, draft, dp, probe,
                                                       gamma=gamma, tree=tree, **kw, **rule)
   tokens_per_call = lambda out: float(decode_figures(jax.tree.map(np.asarray,
