@@ -4,15 +4,19 @@
         --markdown docs/tpu_speed.md   # needs libtpu, no TPU
     python scripts/scan_compile_times.py --cpu-only --json X.json         # the CPU part alone
 
-Two parts, each compiling the same programs twice, unrolled then scanned
+Two parts, each compiling the same programs, unrolled then scanned
 (`T5Config.scan_layers`), interleaved over --rounds rounds (a slow spell of a shared
 machine then hits both), keeping each program's fastest compile:
 - 'tpu': T5-XXL's verify of K = 9 tokens and its one-token step, and t5_small's step
   (the draft's), compiled for one TPU v4 chip by libtpu (compile-only, bfloat16, B = 1 and
-  8, S = 128, L = 128; `specjax.speed.programs`); with each, its bytes accessed and flops
-  from XLA's cost analysis, which counts a loop's body once (`per_call` counts it L
-  times, with the unrolled model at half depth compiled once for the part outside the
-  layers);
+  8, S = 128, L = 128; `specjax.speed.programs`). With each, what one call costs:
+  - bytes accessed and flops from XLA's cost analysis. It counts a loop's body once, so
+    the scanned figures are those of the scanned model with its loop unrolled
+    (`T5Config.scan_unroll` = L, compiled once for its costs): the same body, the same
+    slices of the stacked params and caches, every layer counted;
+  - TPU's own estimate of the call's time, the sum of the `estimated_cycles` libtpu's
+    cost model gives each operation of the compiled program (`estimated_cycles`), the
+    scanned loop's body counted L times;
 - 'cpu': the bundled demo pair's whole speculative decode (`speculative_decode` at
   gamma 4, batch 8, the 8 sample sentences' shapes), lowered and compiled on this CPU.
 No program runs: only compile times and compile-time costs are measured.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -35,53 +40,60 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TPU_PROGRAMS = (('t5_xxl', 'verify', 9), ('t5_xxl', 'step', 1), ('t5_small', 'step', 1))
 
 
-LAYOUTS = ('unrolled', 'scanned', 'unrolled, half depth')
+LAYOUTS = ('unrolled', 'scanned', 'scanned, loop unrolled')
 LAYERS = {'t5_xxl': 24, 't5_small': 8}  # decoder layers
+_CYCLES = re.compile(r'"estimated_cycles":"(\d+)"')
+_COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) .*\{$')
+_WHILE_BODY = re.compile(r' while\(.*?body=%([\w.\-]+)')
 
 
 def _configs(layout: str):
   """(target, draft) configs of a layout."""
   from specjax.models.t5_config import t5_small, t5_xxl  # pylint: disable=import-outside-toplevel
-  if layout == 'scanned':
-    return t5_xxl.replace(scan_layers=True), t5_small.replace(scan_layers=True)
   if layout == 'unrolled':
     return t5_xxl, t5_small
-  half = lambda c: c.replace(num_decoder_layers=c.num_decoder_layers // 2,
-                             num_encoder_layers=c.num_encoder_layers // 2)
-  return half(t5_xxl), half(t5_small)
+  unroll = lambda c: c.num_decoder_layers if layout == LAYOUTS[2] else 1
+  return tuple(c.replace(scan_layers=True, scan_unroll=unroll(c)) for c in (t5_xxl, t5_small))
 
 
-def per_call(rows: dict, key: tuple, layers: int) -> dict:
-  """What one call of the scanned program reads and computes, every layer counted.
+def estimated_cycles(hlo_text: str, layers: int) -> int:
+  """TPU's estimate of one call of a compiled program: the `estimated_cycles` of every
+  operation (libtpu writes them into each operation's backend config), the heaviest while
+  loop's body (the scanned layers) counted `layers` times and the rest once.
 
-  XLA's cost analysis counts a loop's body once: the scanned program's figure is (outside
-  the layers) + (one pass of the body). The unrolled model at full and half depth share
-  the part outside the layers and differ by L/2 layers, so that part is 2 * half - full;
-  the scanned body is the scanned figure less it, and a call runs it L times.
-
-  Returns:
-    {'bytes', 'flops'}: outside + L * (scanned - outside).
+  Args:
+    hlo_text: the compiled program's text (`compiled.as_text()`).
+    layers: L, the scanned layers' count (1: a program without a loop over them).
   """
-  out = {}
-  for what in ('bytes', 'flops'):
-    full, half = rows[key + ('unrolled',)][what], rows[key + (LAYOUTS[2],)][what]
-    outside = 2 * half - full
-    out[what] = outside + layers * (rows[key + ('scanned',)][what] - outside)
-  return out
+  computations, name = {}, None
+  for line in hlo_text.splitlines():
+    start = _COMPUTATION.match(line)
+    if start:
+      name = start.group(1)
+      computations[name] = 0
+    elif name is not None:
+      computations[name] += sum(int(c) for c in _CYCLES.findall(line))
+  bodies = [computations.get(b, 0) for b in _WHILE_BODY.findall(hlo_text)]
+  return sum(computations.values()) + (layers - 1) * max(bodies, default=0)
 
 
 def _compile_fresh(fn, args, donate=()):
-  """`programs.compile_program` with JAX's in-memory caches emptied first: a program
-  compiled before in this process would otherwise come back from them."""
+  """`programs.compile_program` with JAX's in-memory caches emptied first (a program
+  compiled before in this process would otherwise come back from them); the compiled
+  program's text is kept in `_compile_fresh.text`."""
   from specjax.speed import programs  # pylint: disable=import-outside-toplevel
   jax.clear_caches()
-  return programs.compile_program(fn, args, donate)
+  start = time.perf_counter()
+  compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+  seconds = time.perf_counter() - start
+  _compile_fresh.text = compiled.as_text()
+  return programs.cost_of(compiled), seconds
 
 
 def tpu_part(rounds: int, batches) -> list:
-  """Rows {model, program, tokens, batch, layout, compile_seconds, bytes, flops} of the
-  TPU programs, the fastest of `rounds` compiles each (the half-depth model once: it is
-  there for its costs)."""
+  """Rows {model, program, tokens, batch, layout, compile_seconds, bytes, flops, cycles}
+  of the TPU programs, the fastest of `rounds` compiles each (the loop-unrolled scan once:
+  it is there for its costs)."""
   from specjax.speed import cli, programs  # pylint: disable=import-outside-toplevel
   cli.prepare_tpu()
   mesh = cli.Backend(cpu=False).mesh(1)
@@ -92,20 +104,23 @@ def tpu_part(rounds: int, batches) -> list:
         if round_ and layout == LAYOUTS[2]:
           continue
         target, draft = _configs(layout)
-        rows = programs.measure_pair(
-            target, draft, batch=batch, input_len=128, max_decode_len=128, mesh=mesh,
-            greedy=True, only=lambda m, p, k: (m, p, k) in TPU_PROGRAMS,
-            compile_fn=_compile_fresh)
-        for row in rows:
-          model = row.model
-          key = (model, row.program, row.tokens, batch, layout)
+
+        def keep(row, layout=layout, batch=batch):
+          key = (row.model, row.program, row.tokens, batch, layout)
+          layers = LAYERS[row.model] if layout == 'scanned' else 1
           old = best.get(key)
           if old is None or row.compile_seconds < old['compile_seconds']:
-            best[key] = dict(model=model, program=row.program, tokens=row.tokens,
+            best[key] = dict(model=row.model, program=row.program, tokens=row.tokens,
                              batch=batch, layout=layout, compile_seconds=row.compile_seconds,
-                             bytes=row.bytes, flops=row.flops)
+                             bytes=row.bytes, flops=row.flops,
+                             cycles=estimated_cycles(_compile_fresh.text, layers))
           print(f'tpu {key}: {row.compile_seconds:.1f} s, {row.bytes / 1e6:,.0f} MB',
                 file=sys.stderr, flush=True)
+
+        programs.measure_pair(
+            target, draft, batch=batch, input_len=128, max_decode_len=128, mesh=mesh,
+            greedy=True, only=lambda m, p, k: (m, p, k) in TPU_PROGRAMS, on_row=keep,
+            compile_fn=_compile_fresh)
   return list(best.values())
 
 
@@ -167,26 +182,28 @@ def section(data: dict) -> str:
   if tpu:
     lines += ['Compile-only on one TPU v4 chip (libtpu), T5-XXL (24 decoder layers) and '
               't5_small (8), bfloat16, S = 128, L = 128, JAX\'s in-memory caches emptied '
-              'before each compile. Bytes and flops per call: XLA\'s cost analysis, which '
-              'counts a loop\'s body once; the scanned figures count the body L times '
-              '(`per_call`: the part outside the layers from the unrolled model at full and '
-              'half depth, compiled in the same run).', '',
+              'before each compile. Per call: bytes and flops by XLA\'s cost analysis, which '
+              'counts a loop\'s body once, so the scanned figures are those of the scanned '
+              'model with its loop unrolled (`scan_unroll` = L: the same body and slices, '
+              'every layer counted); and TPU\'s own estimate of the call\'s time, the sum '
+              'of the cycles libtpu\'s cost model gives each operation of the compiled '
+              'program, the scanned body counted L times.', '',
               '| program | B | compile, unrolled (s) | compile, scanned (s) | x faster | '
-              'bytes, unrolled (MB) | bytes, scanned (MB) | bytes ratio | flops ratio |',
-              '|---|---|---|---|---|---|---|---|---|']
+              'bytes, unrolled (MB) | bytes, scanned (MB) | bytes ratio | flops ratio | '
+              'estimated time ratio |',
+              '|---|---|---|---|---|---|---|---|---|---|']
     for model, program, tokens in TPU_PROGRAMS:
       for batch in sorted({k[3] for k in tpu}):
         key = (model, program, tokens, batch)
         if any(key + (layout,) not in tpu for layout in LAYOUTS):
           continue
-        u, sc = tpu[key + ('unrolled',)], tpu[key + ('scanned',)]
-        call = per_call(tpu, key, LAYERS[model])
+        u, sc, call = (tpu[key + (layout,)] for layout in LAYOUTS)
         name = f'{model} {program}' + (f' K={tokens}' if program == 'verify' else '')
         lines.append(
             f'| {name} | {batch} | {u["compile_seconds"]:.1f} | {sc["compile_seconds"]:.1f} | '
             f'{u["compile_seconds"] / sc["compile_seconds"]:.1f} | {u["bytes"] / 1e6:,.0f} | '
             f'{call["bytes"] / 1e6:,.0f} | {call["bytes"] / u["bytes"]:.3f} | '
-            f'{call["flops"] / u["flops"]:.3f} |')
+            f'{call["flops"] / u["flops"]:.3f} | {sc["cycles"] / u["cycles"]:.3f} |')
     lines.append('')
   if cpu:
     lines.append(f'On this CPU the bundled demo pair (4 and 2 layers deep) compiles its whole '

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from specjax.models import base
 from specjax.models import lm_layers as layers
 from specjax.models import scan
+from specjax.models import split_attention
 from specjax.models.lm_config import LMConfig
 
 
@@ -286,8 +287,9 @@ class CausalLM:
       x: [B, K, D] its input.
       cache: {'k', 'v': [B, M, H, T]}, the layer's cache.
       layout: from `self_attention_layout`.
-      new_only: give out this call's K/V {'k', 'v': [B, M, H, K]} instead of the written
-        cache (scanned layers write them into their stacked cache after the scan).
+      new_only: attend over the unwritten cache and this call's K/V, and give those out,
+        {'k', 'v': [B, M, H, K]} (scanned layers: the stacked cache takes them after the
+        scan; `specjax.models.split_attention`).
 
     Returns:
       (x [B, K, D], the cache with the K tokens' K/V written, or this call's K/V).
@@ -304,10 +306,16 @@ class CausalLM:
       q = layers.apply_rope(q, layout.query_pos, inv_freq)
       k = layers.apply_rope(k, layout.query_pos, inv_freq)
     k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 3, 1)  # [B, M, H, K]
-    keys = base.write_cache(cache['k'], k, layout.write_start)  # [B, M, H, T]
-    values = base.write_cache(cache['v'], v, layout.write_start)
-    new_cache = {'k': k, 'v': v} if new_only else {'k': keys, 'v': values}
-    y = layers.attention(q, keys.astype(dtype), values.astype(dtype), layout.mask)
+    if new_only:  # the cache read in place, the new K/V beside it (`split_attention`)
+      new_cache = {'k': k.astype(cache['k'].dtype), 'v': v.astype(cache['v'].dtype)}
+      y = split_attention.lm_self_attention(q, *(a.astype(dtype) for a in (
+          cache['k'], cache['v'], new_cache['k'], new_cache['v'])), layout.mask,
+                                            layout.write_start)
+    else:
+      new_cache = {n: base.write_cache(cache[n], a, layout.write_start)  # [B, M, H, T]
+                   for n, a in (('k', k), ('v', v))}
+      y = layers.attention(q, new_cache['k'].astype(dtype), new_cache['v'].astype(dtype),
+                           layout.mask)
     x = x + layers.dense(y, att['out'], 'BKNH,NHD->BKD')
     x = x + layers.mlp(layers.norm(x, p['mlp_norm'], c), p['mlp'], c)
     return x, new_cache

@@ -86,6 +86,29 @@ def dense(x: jax.Array, params: dict, spec: str) -> jax.Array:
   return y + params['bias'].astype(x.dtype) if 'bias' in params else y
 
 
+def group_queries(q: jax.Array, kv_heads: int) -> jax.Array:
+  """Queries [B, K, N, H], scaled by 1/sqrt(H), grouped by the KV head M they read and
+  flattened with the tokens, Q = (N / M) * K: [B, M, Q, H]."""
+  b, k, n, h = q.shape
+  q = q * jnp.asarray(1.0 / math.sqrt(h), q.dtype)
+  return q.reshape(b, k, kv_heads, n // kv_heads, h).transpose(0, 2, 3, 1, 4).reshape(
+      b, kv_heads, n // kv_heads * k, h)
+
+
+def group_mask(mask: jax.Array, group: int) -> jax.Array:
+  """A mask [B, K, T] as the grouped queries' [B, 1, Q, T], Q = group * K."""
+  b, k, t = mask.shape
+  return jnp.broadcast_to(mask[:, None, None], (b, 1, group, k, t)).reshape(b, 1, group * k, t)
+
+
+def ungroup(out: jax.Array, num_heads: int) -> jax.Array:
+  """Grouped outputs [B, M, Q, H] -> [B, K, N, H] (`group_queries` undone)."""
+  b, m, q, h = out.shape
+  k = q * m // num_heads
+  return out.reshape(b, m, num_heads // m, k, h).transpose(0, 3, 1, 2, 4).reshape(
+      b, k, num_heads, h)
+
+
 def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array) -> jax.Array:
   """Grouped-query attention of q [B, K, N, H] over a cache keys, values [B, M, H, T].
 
@@ -98,18 +121,13 @@ def attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array)
   Returns:
     [B, K, N, H] in q's dtype; scores and softmax in float32.
   """
-  b, k, n, h = q.shape
-  m = keys.shape[1]
-  q = q * jnp.asarray(1.0 / math.sqrt(h), q.dtype)
-  # Query heads grouped by KV head and flattened with the tokens, Q = R * K: [B, M, Q, H].
-  q = q.reshape(b, k, m, n // m, h).transpose(0, 2, 3, 1, 4).reshape(b, m, n // m * k, h)
-  scores = jnp.einsum('BMQH,BMHT->BMQT', q, keys,
+  n, m = q.shape[2], keys.shape[1]
+  grouped = group_queries(q, m)  # [B, M, Q, H]
+  scores = jnp.einsum('BMQH,BMHT->BMQT', grouped, keys,
                       preferred_element_type=jnp.float32)  # [B, M, Q, T]
-  mask = jnp.broadcast_to(mask[:, None, None], (b, 1, n // m, k, mask.shape[-1]))
-  scores = jnp.where(mask.reshape(b, 1, n // m * k, -1), scores, jnp.finfo(jnp.float32).min)
+  scores = jnp.where(group_mask(mask, n // m), scores, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-  out = jnp.einsum('BMQT,BMHT->BMQH', weights, values)  # [B, M, Q, H]
-  return out.reshape(b, m, n // m, k, h).transpose(0, 3, 1, 2, 4).reshape(b, k, n, h)
+  return ungroup(jnp.einsum('BMQT,BMHT->BMQH', weights, values), n)  # [B, K, N, H]
 
 
 def mlp(x: jax.Array, params: dict, cfg: LMConfig) -> jax.Array:

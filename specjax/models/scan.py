@@ -9,9 +9,10 @@ compiling it no longer grows with depth (T5X's `scan_layers`).
 A scanned model's cache is stacked too, but stays batch-major as the model contract
 wants (`base.Model.init_cache`): each leaf [B, L, ...] (axes 'batch', 'layers', ...), so
 the loop's per-row moves (refill, a token tree's accepted path, the mesh's batch axis)
-read it as any other cache. Each layer reads its slice (`layer_slice`), writes its K new
-entries into a copy of it for its own attention, and gives them out; the stacked cache
-takes every layer's entries after the scan (`write_layers`).
+read it as any other cache. Each layer attends over its slice as it is (`layer_slice`)
+and its K new entries beside it (`specjax.models.split_attention`: writing them into the
+slice copied it in every layer), and gives them out; the stacked cache takes every
+layer's entries after the scan (`write_layers`).
 
 The two layouts hold the same numbers: `to_scanned` and `to_unrolled` convert a params
 (or param axes) tree either way, so one checkpoint serves both.

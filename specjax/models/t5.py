@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from specjax.models import base
 from specjax.models import scan
+from specjax.models import split_attention
 from specjax.models import t5_layers as layers
 from specjax.models import t5_params
 from specjax.models.t5_config import T5Config
@@ -147,8 +148,7 @@ class T5:
     if cfg.scan_layers:
       layers.scanned_inference_only(dropout)
       x, _ = scan.run(lambda h, p, i: (self.encoder_layer(p, h, key_mask, bias), None), x,
-                      self._by_heads(enc[scan.LAYERS]), cfg.num_encoder_layers,
-                      cfg.scan_unroll)
+                      enc[scan.LAYERS], cfg.num_encoder_layers, cfg.scan_unroll)
       x = self.rms_norm(x, enc['encoder_norm']['scale'])  # [B, S, D]
       att = params['decoder'][scan.LAYERS]['encoder_decoder_attention']
       kv = {n: jax.vmap(layers.project_kv, (None, 0, None), 1)(
@@ -188,7 +188,7 @@ class T5:
     att = p['attention']
     q, k, v = layers.project_qkv(h, att, cfg.num_heads)  # [B, S, N, H], [B, N, H, S]
     y = layers.dot_product_attention(q, k, v, key_mask, bias, dropout, self._logits_dtype)
-    x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
+    x = x + dropout(layers.merge_heads(y, att['out']['kernel'], cfg.scan_layers))
     h = self.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
     return x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
 
@@ -264,13 +264,10 @@ class T5:
     logits = self.project(params, y)
     return (logits, new_cache, y) if return_hidden else (logits, new_cache)
 
-  def _by_heads(self, stacked: PyTree) -> PyTree:
-    return layers.out_kernels_by_heads(stacked, self.config.num_heads, self.config.head_dim)
-
   def _scanned_decoder(self, stacked, x, cache, layout, encoded):
     """The decoder's layers as one scanned body over stacked params: x [B, K, D], the
     stacked cache and cross K/V [B, L, N, H, T or S] -> (x, the cache with this call's
-    K/V written)."""
+    K/V written: new, [L, B, N, H, K], after the scan)."""
     kv = cache[scan.LAYERS]
 
     def body(h, p, i):
@@ -278,8 +275,7 @@ class T5:
       own = {n: scan.layer_slice(a, i) for n, a in kv.items()}  # [B, N, H, T]
       return self.decoder_layer(p, h, own, layout, cross, encoded['mask'], new_only=True)
 
-    x, new = scan.run(body, x, self._by_heads(stacked), self.config.num_decoder_layers,
-                      self.config.scan_unroll)  # new: [L, B, N, H, K]
+    x, new = scan.run(body, x, stacked, self.config.num_decoder_layers, self.config.scan_unroll)
     return x, {scan.LAYERS: {n: scan.write_layers(kv[n], new[n], layout.write_start)
                              for n in kv}}
 
@@ -333,8 +329,9 @@ class T5:
       cross: {'k', 'v': [B, N, H, S]}, the encoder output's keys and values.
       cross_mask: [B, S] bool, the real input tokens.
       dropout: training only.
-      new_only: give out this call's K/V {'k', 'v': [B, N, H, K]} instead of the written
-        cache (scanned layers write them into their stacked cache after the scan).
+      new_only: attend over the unwritten cache and this call's K/V, and give those out,
+        {'k', 'v': [B, N, H, K]} (scanned layers: the stacked cache takes them after the
+        scan; `specjax.models.split_attention`).
 
     Returns:
       The layer's output [B, K, D] and its new cache (or this call's K/V, `new_only`).
@@ -343,20 +340,26 @@ class T5:
     h = self.rms_norm(x, p['pre_self_attention_layer_norm']['scale'])
     att = p['self_attention']
     q, k, v = layers.project_qkv(h, att, cfg.num_heads)  # [B, K, N, H], [B, N, H, K]
-    k_all = base.write_cache(cache['k'], k, layout.write_start)  # [B, N, H, T]
-    v_all = base.write_cache(cache['v'], v, layout.write_start)
-    new_cache = {'k': k, 'v': v} if new_only else {'k': k_all, 'v': v_all}
     bias = (layout.bias if layout.bias is not None else
             self.self_attention_bias(p['relpos_bias']['rel_embedding'], layout))
-    y = layers.dot_product_attention(q, k_all.astype(x.dtype), v_all.astype(x.dtype),
-                                     layout.mask, bias, dropout, self._logits_dtype)
-    x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
+    if new_only:
+      new_cache = {'k': k.astype(cache['k'].dtype), 'v': v.astype(cache['v'].dtype)}
+      y = split_attention.t5_self_attention(q, *(a.astype(x.dtype) for a in (
+          cache['k'], cache['v'], new_cache['k'], new_cache['v'])), layout.mask, bias,
+                                            layout.write_start, self._logits_dtype)
+    else:
+      new_cache = {n: base.write_cache(cache[n], a, layout.write_start)  # [B, N, H, T]
+                   for n, a in (('k', k), ('v', v))}
+      y = layers.dot_product_attention(q, new_cache['k'].astype(x.dtype), new_cache[
+          'v'].astype(x.dtype), layout.mask, bias, dropout, self._logits_dtype)
+    joined = cfg.scan_layers  # an out kernel sliced from the stacked ones (`merge_heads`)
+    x = x + dropout(layers.merge_heads(y, att['out']['kernel'], joined))
     h = self.rms_norm(x, p['pre_cross_attention_layer_norm']['scale'])
     att = p['encoder_decoder_attention']
     q = layers.project_heads(h, att['query']['kernel'], cfg.num_heads)
     y = layers.dot_product_attention(q, cross['k'], cross['v'], cross_mask[:, None, :],
                                      dropout=dropout, logits_dtype=self._logits_dtype)
-    x = x + dropout(layers.merge_heads(y, att['out']['kernel']))
+    x = x + dropout(layers.merge_heads(y, att['out']['kernel'], joined))
     h = self.rms_norm(x, p['pre_mlp_layer_norm']['scale'])
     x = x + dropout(layers.mlp(h, p['mlp'], cfg.mlp_activations, dropout))
     return x, new_cache

@@ -202,26 +202,25 @@ def project_qkv(x: jax.Array, att: dict, num_heads: int):
   return q, k, v
 
 
-def merge_heads(x: jax.Array, kernel: jax.Array) -> jax.Array:
+def merge_heads(x: jax.Array, kernel: jax.Array, joined: bool = False) -> jax.Array:
   """x [B, N, K, H] (as `dot_product_attention` returns it) times the [N*H, D] out kernel
-  -> [B, K, D]."""
+  -> [B, K, D].
+
+  joined: contract x as [B, K, N*H] with the kernel as it is stored. By default the heads
+  and head dim are contracted in place with the kernel viewed as [N, H, D] (free for a
+  kernel that is a parameter; taking [B, K, N*H] made TPU relayout every attention output
+  twice per call). A scanned layer's kernel is a slice of the stacked one: viewed as [N,
+  H, D], TPU copied the slice in every layer (a 4096 x 4096 kernel: 67 MB read and
+  written per layer and attention), while the joined contraction reads it in place.
+  """
   b, n, k, h = x.shape
-  # Heads and head dim contracted in place, the kernel viewed as [N, H, D] (free): taking
-  # [B, K, N*H] instead made TPU relayout every attention output twice per call.
+  if joined:
+    y = jnp.einsum('bnkh->bknh', x).reshape(b, k, n * h)
+    return jax.lax.dot_general(y, kernel.astype(x.dtype), (((2,), (0,)), ((), ())),
+                               preferred_element_type=jnp.float32).astype(x.dtype)
   y = jax.lax.dot_general(x, kernel.reshape(n, h, -1).astype(x.dtype),
                           (((1, 3), (0, 1)), ((), ())), preferred_element_type=jnp.float32)
   return y.astype(x.dtype)
-
-
-def out_kernels_by_heads(stacked: dict, num_heads: int, head_dim: int) -> dict:
-  """Stacked layer params with each attention's out kernel [L, N*H, D] viewed as [L, N, H,
-  D] (free): a layer's slice is then the [N, H, D] view `merge_heads` takes. Sliced first
-  and viewed after, inside a scan, the slice was copied in every layer."""
-  def view(sub):
-    kernel = sub['out']['kernel']
-    return {**sub, 'out': {'kernel': kernel.reshape(kernel.shape[0], num_heads, head_dim, -1)}}
-  return {name: view(sub) if isinstance(sub, dict) and 'out' in sub else sub
-          for name, sub in stacked.items()}
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
