@@ -238,3 +238,19 @@ def test_scan_unroll_keeps_the_output():
   kw = dict(max_decode_len=10)
   _same(specjax.autoregressive_decode(unrolled_scan, s_tp, inputs, **kw),
         specjax.autoregressive_decode(target, tp, inputs, **kw))
+
+
+def test_the_first_layers_run_without_a_copy_of_the_stack():
+  """A scan of the first M of L layers (layer-skip's draft) reads each layer from the whole
+  stack: by XLA's cost analysis (a loop's body counted once) it reads what the whole
+  scan's program reads, where a stack cut to M layers first added a copy of them."""
+  w, x = jnp.ones((8, 64, 64)), jnp.ones((2, 64))
+  body = lambda h, p, i: (jnp.tanh(h @ p['w']), None)
+  read = lambda fn: jax.jit(fn).lower(w, x).compile().cost_analysis()['bytes accessed']
+  whole = read(lambda w, x: scan.run(body, x, {'w': w}, 8)[0])
+  first = read(lambda w, x: scan.run(body, x, {'w': w}, 4)[0])
+  cut = read(lambda w, x: scan.run(body, x, {'w': w[:4]}, 4)[0])  # the stack cut first
+  assert first < 1.1 * whole
+  assert cut > 2 * whole  # negative control: the copy shows in the same measure
+  np.testing.assert_allclose(scan.run(body, x, {'w': w * 0.01}, 4)[0],
+                             scan.run(body, x, {'w': w[:4] * 0.01}, 4)[0])
