@@ -7,11 +7,7 @@ writes the target alone's greedy outputs; on tiny random models through the API,
 that never agrees with the target leaves the target alone; bad combinations are one line
 before any model loads.
 """
-import contextlib
 import dataclasses
-import io
-import json
-import pathlib
 
 import numpy as np
 import pytest
@@ -21,24 +17,12 @@ from specjax.core.tree import DynamicTree, TreeShape
 from specjax.job import calibrate, gamma_choice, tree_auto
 from specjax.job.config import DecodeConfig
 
+import cli_for_tests
 import models_for_tests as mft
 
 TREES = '2,1;dynamic:4:2:2'
 RUN = ['--max-examples', '8', '--batch-size', '4', '--max-decode-len', '12', '--quiet',
        '--json', '--tree', 'auto', '--auto-trees', TREES, '--max-gamma', '2']
-
-
-def _main(args):
-  """decode.main(args) in this process: (exit code, the JSON summary or None, stderr)."""
-  out, err = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    code = decode.main(args)
-  lines = out.getvalue().strip().splitlines()
-  return code, (json.loads(lines[-1]) if code == 0 and lines else None), err.getvalue()
-
-
-def _predictions(path):
-  return [json.loads(line)['prediction'] for line in pathlib.Path(path).read_text().splitlines()]
 
 
 def _recomputed(cal):
@@ -59,28 +43,11 @@ def _recomputed(cal):
 def runs(tmp_path_factory):
   """{name: (summary, output file)}: the first run (calibrates), its rerun (the cache),
   runs from a cache entry edited to each tree, and a --recalibrate run."""
-  tmp = tmp_path_factory.mktemp('tree_auto')
-  out = {}
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setenv('SPECJAX_CACHE_DIR', str(tmp / 'cache'))
-
-    def go(name, extra=()):
-      path = tmp / f'{name}.jsonl'
-      code, summary, err = _main(RUN + list(extra) + ['--output', str(path)])
-      assert code == 0, err
-      out[name] = (summary, path)
-
-    go('first')
-    go('rerun')
-    cache = pathlib.Path(gamma_choice.cache_file())
-    for name, tree in (('static', TreeShape((2, 1))), ('dynamic', DynamicTree(4, 2, 2))):
-      data = json.loads(cache.read_text())
-      (key, entry), = data.items()
-      entry.update(gamma=tree.depth_count, tree=tree_auto.to_json(tree))
-      cache.write_text(json.dumps({key: entry}))
-      go(name)
-    go('recalibrated', ['--recalibrate'])
-  return out
+  trees = {'static': TreeShape((2, 1)), 'dynamic': DynamicTree(4, 2, 2)}
+  return cli_for_tests.calibrated_runs(
+      tmp_path_factory.mktemp('tree_auto'), RUN,
+      {name: dict(gamma=tree.depth_count, tree=tree_auto.to_json(tree))
+       for name, tree in trees.items()}, after=[('recalibrated', ['--recalibrate'])])
 
 
 def test_the_choice_is_the_argmax_of_the_predicted_speedups(runs):
@@ -130,7 +97,7 @@ def test_a_chosen_tree_decodes_the_target_alones_greedy_output(runs, name, tree)
   assert s['gamma_reason'].startswith(f'the {"dynamic tree" if name == "dynamic" else "tree"} '
                                       f'{"dynamic:4:2:2" if name == "dynamic" else "2,1"} '
                                       '(gamma 2, its depth), as calibrated')
-  assert _predictions(path) == _predictions(runs['first'][1])
+  assert cli_for_tests.predictions(path) == cli_for_tests.predictions(runs['first'][1])
 
 
 @dataclasses.dataclass(frozen=True)

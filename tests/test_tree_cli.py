@@ -11,19 +11,12 @@ import pytest
 from specjax import decode
 from specjax.job import decode_job
 
+import cli_for_tests
+
 RUN = ['--max-examples', '8', '--max-decode-len', '12', '--quiet', '--json']
 STATIC = ['--tree', '2,2,1']
 DYNAMIC = ['--tree-nodes', '8', '--tree-depth', '4', '--tree-top', '2']
 SAMPLED = ['--temperature', '1', '--seed', '3', '--tree', '2,1', '--no-compare']
-
-
-def _main(args):
-  """decode.main(args) in this process: (exit code, the JSON summary or None, stderr)."""
-  out, err = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    code = decode.main(args)
-  lines = out.getvalue().strip().splitlines()
-  return code, (json.loads(lines[-1]) if code == 0 and lines else None), err.getvalue()
 
 
 def _records(path):
@@ -43,7 +36,7 @@ def runs(tmp_path_factory):
                   lambda *a, **k: (0, 'measured slower', costs))
     for name, flags in (('alone', []), ('static', STATIC), ('dynamic', DYNAMIC)):
       path = tmp / f'{name}.jsonl'
-      code, summary, err = _main(RUN + flags + ['--output', str(path)])
+      code, summary, err = cli_for_tests.main_json(RUN + flags + ['--output', str(path)])
       assert code == 0, err
       out[name] = (summary, path)
   assert out['alone'][0]['gamma'] == 0
@@ -95,7 +88,7 @@ def test_sampled_tree_run_twice_writes_the_same_file(tmp_path):
   files = []
   for i in range(2):
     path = tmp_path / f'sampled{i}.jsonl'
-    code, summary, err = _main(RUN + SAMPLED + ['--output', str(path)])
+    code, summary, err = cli_for_tests.main_json(RUN + SAMPLED + ['--output', str(path)])
     assert code == 0, err
     assert summary['gamma'] == 2 and summary['tree']['branching'] == [2, 1]
     files.append(path.read_text())
@@ -106,16 +99,16 @@ def test_a_resume_with_another_tree_is_refused(tmp_path, runs):
   """A sampled output depends on the tree: its file refuses another tree or a chain. A
   greedy output does not (it is the target's), as with gamma: its file resumes."""
   path = tmp_path / 'sampled.jsonl'
-  assert _main(RUN + SAMPLED + ['--output', str(path)])[0] == 0
+  assert cli_for_tests.main_json(RUN + SAMPLED + ['--output', str(path)])[0] == 0
   before = path.read_text()
   for other in (['--tree', '2,2'], ['--tree-nodes', '3', '--tree-depth', '2', '--tree-top',
                                     '2'], ['--gamma', '2']):
     flags = [f for f in SAMPLED if f not in ('--tree', '2,1')] + other
-    code, _, err = _main(RUN + flags + ['--output', str(path)])
+    code, _, err = cli_for_tests.main_json(RUN + flags + ['--output', str(path)])
     assert code == 2, err
     assert err.startswith('error: ') and 'another tree' in err and err.count('\n') == 1, err
     assert path.read_text() == before
-  code, summary, err = _main(RUN + DYNAMIC + ['--output', str(runs['static'][1])])
+  code, summary, err = cli_for_tests.main_json(RUN + DYNAMIC + ['--output', str(runs['static'][1])])
   assert code == 0 and summary['resumed'] == 8 and summary['decoded'] == 0, err
 
 

@@ -26,7 +26,7 @@ def _on_mesh(target, tp, draft, dp, inputs, mesh, rules):
   return tp, dp, inputs
 
 
-def _tokens_per_second(decodes, passes: int) -> list:
+def tokens_per_second(decodes, passes: int) -> list:
   """Output tokens per second of each decode(), each compiled first, then timed in
   `passes` interleaved rounds (a slow spell of a shared machine then hits both), each
   keeping its fastest."""
@@ -96,7 +96,7 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
   v = costs['v']
   best = theory.best_gamma(alpha, costs['c'], lambda k: v[k], range(1, max_gamma + 1))
   predicted = theory.speedup(alpha, best, costs['c'], v[best + 1])
-  spec, alone = _tokens_per_second([
+  spec, alone = tokens_per_second([
       lambda: api.speculative_decode(target, tp, draft, dp, probe, gamma=best, **kw, **rule),
       lambda: api.autoregressive_decode(target, tp, probe, **kw)], passes)
   measured = spec / alone
@@ -229,7 +229,7 @@ def choose_tree(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     rows.append(row)
   pick = max(range(len(rows)), key=lambda i: (rows[i]['predicted_speedup'], -i))
   gamma, tree = shapes[pick]
-  spec, alone = _tokens_per_second([lambda: decode(gamma, tree),
+  spec, alone = tokens_per_second([lambda: decode(gamma, tree),
                                     lambda: api.autoregressive_decode(target, tp, probe, **kw)],
                                    passes)
   measured = spec / alone

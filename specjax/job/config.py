@@ -14,7 +14,7 @@ from specjax.core.rule import THRESHOLD_RULES, VerificationRule
 from specjax.core.sampling import SamplingConfig
 from specjax.core.tree import DynamicTree, TreeShape
 from specjax.flags import flag
-from specjax.job import drafts, tree_auto, tree_checks
+from specjax.job import draft_auto, drafts, tree_auto, tree_checks
 from specjax.job.inputs import PAD_MODES
 from specjax.job.reader import INPUT_FORMATS
 from specjax.job.tree_checks import AUTO, TREE_TOP
@@ -62,7 +62,9 @@ class DecodeConfig:
                     'as one tree (lookahead: 5,3,4); cascade:NAME/CHEAP[/K]: the draft model NAME\'s '
                     'chain drafted K (3) tokens at a time by CHEAP (bigram, copy, suffix, '
                     'rest) and verified by NAME; cascade:NAME:K,CHEAP: NAME\'s first K '
-                    'drafts, then CHEAP\'s (chains)')
+                    'drafts, then CHEAP\'s (chains); auto: no draft model: --gamma auto '
+                    'calibrates each proposer of --auto-drafts and keeps the one measured '
+                    'fastest against the target alone, or the target alone')
   target_checkpoint: Optional[str] = flag(None, 'T5X, Hugging Face or orbax checkpoint of '
                                           'the target (default: bundled for demo_*, '
                                           'manpages_* and manlm_*, the public T5X one on '
@@ -139,6 +141,11 @@ class DecodeConfig:
                                    '";": children per depth (2,1,1,1) or dynamic:N:D[:TOP] '
                                    f'(default: {tree_auto.DEFAULT}, those the draft grows)',
                                    metavar='TREES')
+  auto_drafts: Optional[str] = flag(None, 'with --draft auto: the proposers weighed, '
+                                    'separated by ";" (default: '
+                                    f'{";".join(draft_auto.DEFAULT)}, less bigram and rest '
+                                    'where the target has no table or datastore)',
+                                    metavar='DRAFTS')
   tree_nodes: Optional[int] = flag(None, 'a dynamic token tree (EAGLE-2) instead: N nodes '
                                    'verified per call, grown per row from the draft\'s '
                                    'probabilities; with --tree-depth', metavar='N')
@@ -292,6 +299,12 @@ class DecodeConfig:
     for name in ('batch_size', 'max_input_len'):
       if getattr(self, name) < 1:
         raise ValueError(f'--{name.replace("_", "-")} must be >= 1, got {getattr(self, name)}')
+    if self.draft == draft_auto.AUTO:  # each candidate is checked as --draft checks it
+      draft_auto.check(self)
+      return
+    if self.auto_drafts is not None:
+      raise ValueError(f'{draft_auto.FLAG} lists the proposers --draft auto weighs: pass '
+                       '--draft auto, or drop it')
     if self.max_examples is not None and self.max_examples < 1:
       raise ValueError(f'--max-examples must be >= 1, got {self.max_examples}')
     if drafts.is_lookahead(self.draft):

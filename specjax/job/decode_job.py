@@ -17,12 +17,13 @@ import numpy as np
 
 from specjax.checkpoints.registry import bundled
 from specjax.core import api, proposal
-from specjax.job import calibrate, gamma_choice, memory_check, task_data, tree_auto
+from specjax.job import (calibrate, draft_auto, gamma_choice, memory_check, task_data,
+                         tree_auto)
 from specjax.job.config import AUTO, DecodeConfig
 from specjax.job.fingerprint import run_fingerprint
 from specjax.job.inputs import batches, pad_to_bucket, tokenize
 from specjax.job.output import JsonlOutput
-from specjax.job.pair import job_mesh, job_rules, load_pair
+from specjax.job.pair import job_mesh, job_rules, load_pair, load_target
 from specjax.job.reader import read_inputs
 from specjax.job.totals import Totals, nonfinite_error
 from specjax.parallel import rules as axis_rules
@@ -198,6 +199,39 @@ def _choose_tree(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
   return job.with_tree(chosen), gamma, reason, calibration
 
 
+def _choose_draft(job: DecodeConfig, loaded, inputs: Inputs, mesh, output, source,
+                  fits) -> tuple:
+  """`--draft auto`: (the config resolved to the proposer chosen, its draft and params,
+  and (gamma, reason, calibration), or None where the usual gamma choice is still to
+  come): the proposer of the run being resumed, the choice cached for the setting, or
+  else calibrated (`draft_auto.choose`) and cached."""
+  (target, tp, vocab), names = loaded, draft_auto.candidates(job)
+  resolve = lambda spec: draft_auto.resolve(job, spec, target, vocab)
+  stored = (output.stored_fingerprint() or {}) if output is not None else {}
+  resumed = (stored.get('draft') or {}).get('name')
+  if resumed in names:  # its gamma (and tree) as --gamma auto resumes them
+    return draft_auto.resolved(job, resumed), *resolve(resumed), None
+  auto = run_fingerprint(job, target, tp, None, {}, *source, vocab, AUTO)
+  key = gamma_choice.setting_key({**auto, 'draft auto': names}, job)
+  hit = None if job.recalibrate else gamma_choice.cached(key)
+  if hit and hit.get('draft') in names:
+    one = draft_auto.resolved(job, hit['draft'], hit.get('tree'))
+    return one, *resolve(hit['draft']), (hit['gamma'], (
+        f'--draft {hit["draft"]}, {tree_auto.describe(hit["gamma"], one.token_tree)}, as '
+        f'calibrated for this setting on {hit["date"]} and kept in '
+        f'{gamma_choice.cache_file()} (--recalibrate measures again): {hit["reason"]}'),
+                                          hit['calibration'])
+  spec, gamma, tree, reason, calibration = draft_auto.choose(
+      job, target, tp, vocab, _probe(job, inputs), mesh, job_rules(job),
+      lambda d: _most(job, d), fits, rule_kwargs(job),
+      echo=(lambda line: print(line, file=sys.stderr, flush=True)) if job.progress else None)
+  kept = gamma_choice.remember(key, gamma, reason, calibration, tree=tree, tree_auto=True,
+                               draft=spec)
+  reason += f'{KEPT_IN}{kept} for reruns of this setting' if kept else ''
+  return (draft_auto.resolved(job, spec, tree), *resolve(spec),
+          (gamma, reason, calibration))
+
+
 def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
         output: Optional[JsonlOutput] = None) -> dict:
   """Decodes every input speculatively (and with the target alone, to compare).
@@ -223,16 +257,27 @@ def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
   if mesh is not None:
     axis_rules.check_batch(job.batch_size, mesh)  # before loading anything big
   examples, digest, prefix = _read(job)
-  pair = load_pair(job, mesh)
-  target, tp, draft, dp, vocab = pair
+  auto = job.draft == draft_auto.AUTO  # no draft model: a proposer chosen by calibration
+  if auto:
+    (target, tp, vocab), draft, dp = load_target(job, mesh), None, None
+  else:
+    target, tp, draft, dp, vocab = load_pair(job, mesh)
   job.sampling.validate(target.vocab_size)
   inputs = _tokenized(job, examples, digest, prefix, vocab)
-  block, block_flag = _block(job)
-  memory_check.check_fits(target, draft, job.batch_size, inputs.ids.shape[1],
-                          job.max_decode_len, block, mesh, block_flag)
+  fits = lambda j, d: memory_check.check_fits(target, d, j.batch_size, inputs.ids.shape[1],
+                                              j.max_decode_len, _block(j)[0], mesh,
+                                              _block(j)[1])
+  chosen = None
+  if auto:
+    job, draft, dp, chosen = _choose_draft(job, (target, tp, vocab), inputs, mesh, output,
+                                           (digest, prefix), fits)
+  fits(job, draft)
+  pair = (target, tp, draft, dp, vocab)
   fingerprint = lambda j, g: run_fingerprint(j, target, tp, draft, dp, digest, prefix,
                                              vocab, g)
-  if job.tree == AUTO:  # the choice resolves the config to the chain or tree it picked
+  if chosen is not None:
+    gamma, gamma_reason, calibration = chosen
+  elif job.tree == AUTO:  # the choice resolves the config to the chain or tree it picked
     job, gamma, gamma_reason, calibration = _choose_tree(job, pair, inputs, mesh, output,
                                                          fingerprint)
   else:

@@ -82,14 +82,16 @@ def cached(key: str) -> Optional[dict]:
 
 
 def remember(key: str, gamma: int, reason: str, calibration: dict,
-             tree: Optional[dict] = None, tree_auto: bool = False) -> Optional[str]:
+             tree: Optional[dict] = None, tree_auto: bool = False,
+             draft: Optional[str] = None) -> Optional[str]:
   """Keeps a choice in the cache (with `tree_auto`, its tree too: None for a chain or the
-  target alone); returns the cache file, or None when it cannot be written (the run goes
-  on; its rerun then calibrates again)."""
+  target alone; with --draft auto, the `draft` chosen); returns the cache file, or None
+  when it cannot be written (the run goes on; its rerun then calibrates again)."""
   data = _read_cache()
   data[key] = {'gamma': gamma, 'reason': reason, 'calibration': calibration,
                'date': datetime.date.today().isoformat(), **({'tree': tree} if tree_auto
-                                                            else {})}
+                                                            else {}),
+               **({'draft': draft} if draft is not None else {})}
   try:
     reports.write_json(cache_file(), data)
   except OSError:

@@ -102,6 +102,15 @@ def _vocab(job, model, checkpoint: str, given: Optional[str], target: bool = Tru
   return checkpoints.load_vocab(local if os.path.isfile(local) else T5_VOCAB)
 
 
+def load_target(job, mesh=None):
+  """Loads the target and its vocabulary: (target, target_params, vocab) (params straight
+  into their shardings on `mesh`)."""
+  target_path = _default(job.target, job.target_checkpoint, '--target-checkpoint')
+  target, tp = _layout(job, *_load(job.target, target_path, '--target-checkpoint', job.dtype,
+                                    mesh, job_rules(job), job.param_dtype))
+  return target, tp, _vocab(job, target, target_path, job.vocab)
+
+
 def load_pair(job, mesh=None):
   """Loads target, draft and vocabulary, checking that they fit together.
 
@@ -112,11 +121,8 @@ def load_pair(job, mesh=None):
   Returns:
     (target, target_params, draft, draft_params, vocab).
   """
-  target_path = _default(job.target, job.target_checkpoint, '--target-checkpoint')
+  target, tp, vocab = load_target(job, mesh)
   rules = job_rules(job)
-  target, tp = _layout(job, *_load(job.target, target_path, '--target-checkpoint', job.dtype,
-                                    mesh, rules, job.param_dtype))
-
   loaded = {}  # the draft model's name, path and model, when --draft involves one
 
   def load_draft(name):  # NAME of copy+NAME, or --draft itself
@@ -127,7 +133,6 @@ def load_pair(job, mesh=None):
     loaded.update(name=name, path=path, model=model)
     return model, params
 
-  vocab = _vocab(job, target, target_path, job.vocab)
   draft, dp = drafts.resolve_draft(job.draft, target, job.target, load_draft,
                                    table=job.draft_checkpoint, vocab=vocab)
   if job.draft_vocab and loaded:
