@@ -153,3 +153,5 @@ def test_a_resumed_sampled_run_keeps_its_proposer(tmp_path, monkeypatch):
   assert code == 0, err
   assert second['resumed'] == 4 and path.read_text() == whole
   assert (second['draft'], second['gamma']) == (first['draft'], first['gamma'])
+  assert 'the choice of the run that wrote' in second['gamma_reason']  # not calibrated again
+  assert not pathlib.Path(gamma_choice.cache_file()).exists()
