@@ -12,7 +12,7 @@ import pathlib
 import pytest
 
 from specjax import decode
-from specjax.job import draft_auto, gamma_choice
+from specjax.job import draft_auto, gamma_choice, task_eval
 from specjax.job.config import DecodeConfig
 
 import cli_for_tests
@@ -155,3 +155,8 @@ def test_a_resumed_sampled_run_keeps_its_proposer(tmp_path, monkeypatch):
   assert (second['draft'], second['gamma']) == (first['draft'], first['gamma'])
   assert 'the choice of the run that wrote' in second['gamma_reason']  # not calibrated again
   assert not pathlib.Path(gamma_choice.cache_file()).exists()
+
+
+def test_evaluate_refuses_draft_auto_in_one_line():
+  with pytest.raises(ValueError, match='--draft auto is python -m specjax.decode'):
+    task_eval.evaluate(DecodeConfig(task='ende', draft='auto', gamma=4))

@@ -89,6 +89,10 @@ def evaluate(job: DecodeJob, max_examples: Optional[int] = None) -> Dict[str, ob
     raise ValueError('evaluate needs a seqio task; pass --task NAME')
   if job.batch_size < 1 or job.gamma == 'auto':
     raise ValueError('evaluate needs --batch-size >= 1 and an integer --gamma')
+  if job.draft == 'auto':
+    raise ValueError('evaluate decodes with the --draft it is given: name one (copy, suffix, '
+                     'lookahead, a draft model, ...); --draft auto is python -m '
+                     'specjax.decode\'s')
   task = task_data.get_task(job.task)
   if job.split not in task.splits:
     raise ValueError(f'task {job.task} has no split {job.split!r}; pass --split with one of '
