@@ -235,7 +235,7 @@ class CausalLM:
       body = lambda h, p, i: self.decoder_layer(
           p, h, {n: scan.layer_slice(a, i) for n, a in kv.items()}, layout, new_only=True)
       x, new = scan.run(body, x, params[scan.LAYERS], self.config.num_layers,
-                        self.config.scan_unroll)  # new: [L, B, M, H, K]
+                        self.config.scan_unroll)  # new: [L, B, K, M, H]
       stacked = {n: scan.write_layers(kv[n], new[n], layout.write_start) for n in kv}
       new_cache = {scan.LAYERS: stacked}
     else:
@@ -288,7 +288,7 @@ class CausalLM:
       cache: {'k', 'v': [B, M, H, T]}, the layer's cache.
       layout: from `self_attention_layout`.
       new_only: attend over the unwritten cache and this call's K/V, and give those out,
-        {'k', 'v': [B, M, H, K]} (scanned layers: the stacked cache takes them after the
+        {'k', 'v': [B, K, M, H]} (scanned layers: the stacked cache takes them after the
         scan; `specjax.models.split_attention`).
 
     Returns:
@@ -307,10 +307,10 @@ class CausalLM:
       k = layers.apply_rope(k, layout.query_pos, inv_freq)
     k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 3, 1)  # [B, M, H, K]
     if new_only:  # the cache read in place, the new K/V beside it (`split_attention`)
-      new_cache = {'k': k.astype(cache['k'].dtype), 'v': v.astype(cache['v'].dtype)}
+      k, v = k.astype(cache['k'].dtype), v.astype(cache['v'].dtype)
+      new_cache = {'k': scan.token_major(k), 'v': scan.token_major(v)}  # [B, K, M, H]
       y = split_attention.lm_self_attention(q, *(a.astype(dtype) for a in (
-          cache['k'], cache['v'], new_cache['k'], new_cache['v'])), layout.mask,
-                                            layout.write_start)
+          cache['k'], cache['v'], k, v)), layout.mask, layout.write_start)
     else:
       new_cache = {n: base.write_cache(cache[n], a, layout.write_start)  # [B, M, H, T]
                    for n, a in (('k', k), ('v', v))}

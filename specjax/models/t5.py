@@ -1,9 +1,8 @@
 """T5 (v1.0 and v1.1) encoder-decoder satisfying the model contract of `base.py`.
 
 Pure jax functions over a nested params dict with T5X's exact names (T5X checkpoints and
-`hf_t5` conversions load without renaming). Shape letters: B batch, S encoder length,
-T decoder cache length, K tokens in this call, N heads, H head dim, D model dim, F mlp
-dim, V vocab.
+`hf_t5` conversions load without renaming). Shape letters: B batch, S encoder length, T
+decoder cache length, K tokens in this call, N heads, H head dim, D model dim, V vocab.
 
 Encoded pytree (`encode`):
   {'mask': [B, S] bool (input token != 0),
@@ -267,7 +266,7 @@ class T5:
   def _scanned_decoder(self, stacked, x, cache, layout, encoded):
     """The decoder's layers as one scanned body over stacked params: x [B, K, D], the
     stacked cache and cross K/V [B, L, N, H, T or S] -> (x, the cache with this call's
-    K/V written: new, [L, B, N, H, K], after the scan)."""
+    K/V written: new, [L, B, K, N, H], after the scan)."""
     kv = cache[scan.LAYERS]
 
     def body(h, p, i):
@@ -330,7 +329,7 @@ class T5:
       cross_mask: [B, S] bool, the real input tokens.
       dropout: training only.
       new_only: attend over the unwritten cache and this call's K/V, and give those out,
-        {'k', 'v': [B, N, H, K]} (scanned layers: the stacked cache takes them after the
+        {'k', 'v': [B, K, N, H]} (scanned layers: the stacked cache takes them after the
         scan; `specjax.models.split_attention`).
 
     Returns:
@@ -343,10 +342,11 @@ class T5:
     bias = (layout.bias if layout.bias is not None else
             self.self_attention_bias(p['relpos_bias']['rel_embedding'], layout))
     if new_only:
-      new_cache = {'k': k.astype(cache['k'].dtype), 'v': v.astype(cache['v'].dtype)}
+      k, v = k.astype(cache['k'].dtype), v.astype(cache['v'].dtype)
+      new_cache = {'k': scan.token_major(k), 'v': scan.token_major(v)}  # [B, K, N, H]
       y = split_attention.t5_self_attention(q, *(a.astype(x.dtype) for a in (
-          cache['k'], cache['v'], new_cache['k'], new_cache['v'])), layout.mask, bias,
-                                            layout.write_start, self._logits_dtype)
+          cache['k'], cache['v'], k, v)), layout.mask, bias, layout.write_start,
+                                            self._logits_dtype)
     else:
       new_cache = {n: base.write_cache(cache[n], a, layout.write_start)  # [B, N, H, T]
                    for n, a in (('k', k), ('v', v))}
