@@ -160,3 +160,17 @@ def test_a_resumed_sampled_run_keeps_its_proposer(tmp_path, monkeypatch):
 def test_evaluate_refuses_draft_auto_in_one_line():
   with pytest.raises(ValueError, match='--draft auto is python -m specjax.decode'):
     task_eval.evaluate(DecodeConfig(task='ende', draft='auto', gamma=4))
+
+
+def test_with_tree_auto_each_proposer_weighs_its_trees(tmp_path, monkeypatch):
+  """--draft auto --tree auto: a retrieval proposer's row is its chain or one of the
+  candidate tries (`calibrate.choose_tree`'s choice for it), lookahead's its own tree."""
+  monkeypatch.setenv('SPECJAX_CACHE_DIR', str(tmp_path / 'cache'))
+  args = [{CANDIDATES: 'suffix;lookahead:3,2,2'}.get(a, a) for a in RUN] + [
+      '--tree', 'auto', '--auto-trees', 'dynamic:4:2:2', '--output', str(tmp_path / 'o.jsonl')]
+  code, summary, err = cli_for_tests.main_json(args)
+  assert code == 0, err
+  suffix, lookahead = summary['gamma_calibration']['candidates']
+  assert suffix['tree'] in (None, {'kind': 'dynamic', 'nodes': 4, 'depth': 2, 'top': 2})
+  assert lookahead['tree']['nodes'] == 3 + 2  # its window and its guesses, its own shape
+  assert summary['identical_to_target'] is True

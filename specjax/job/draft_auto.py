@@ -137,8 +137,9 @@ def resolved(job, spec: str, tree: Optional[dict] = None):
   """The config of --draft auto resolved to the candidate `spec`: --draft spec, and with
   --tree auto the `tree` chosen for it (`tree_auto.to_json`'s; None: a chain; lookahead
   keeps its own; no tree given: --tree auto still to choose, as on a resumed run)."""
-  one = job.replace(draft=spec, auto_drafts=None,
-                    tree=None if drafts.is_lookahead(spec) else job.tree)
+  own = drafts.is_lookahead(spec)  # its own tree: no tree flags
+  one = job.replace(draft=spec, auto_drafts=None, tree=None if own else job.tree,
+                    auto_trees=None if own else job.auto_trees)
   return one.with_tree(tree) if one.tree == AUTO and tree is not None else one
 
 
