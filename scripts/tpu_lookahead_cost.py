@@ -552,7 +552,6 @@ def section(data: dict) -> str:
                  'when this ran; rerun with `--measured-json PATH` once they are.')
     return '\n'.join(lines) + '\n'
   temps = sorted({r['temperature'] for r in predicted})
-  tname = ', '.join(f'T={t:g}' for t in temps)
   lines += [
       f'Predicted speedup over {target} alone: tokens per call / (c + v), c the proposal '
       'and v its verify, both in target steps (c of the sampled proposal at T > 0), with the '
@@ -562,39 +561,15 @@ def section(data: dict) -> str:
       'targets do. A cascade\'s draft calls per chain are not measured: its c is at G / '
       '(CHEAP\'s own tokens per call in that file, at the shortest chain of at least k), '
       'within [fewest, most], its prediction in brackets at the most and the fewest calls.',
-      '', f'| task | proposer | shape | tokens per call ({tname}) | '
-      + ' | '.join(f'c + v at {b} (T=0) | predicted x at {b} ({tname})' for b in batches)
-      + ' |', '|---|---|---|---|' + '---|---|' * len(batches)]
-  groups = {}
-  for row in predicted:
-    groups.setdefault((row['task'], row['proposer'], row['shape']), {})[
-        row['temperature']] = row
-  for (task, proposer, shape), by_t in groups.items():
-    first = by_t[min(by_t)]
-
-    def speed(p):
-      text = f'{p["speedup"]:.2f}'
-      if 'speedup_most' in p:
-        text += f' ({p["speedup_most"]:.2f}-{p["speedup_fewest"]:.2f})'
-      return text
-
-    cells = [f'{first[b]["c"] + first[b]["v"]:.3f} | ' + ', '.join(
-        speed(by_t[t][b]) if t in by_t else '-' for t in temps) for b in batches]
-    per_call = ', '.join(f'{by_t[t]["tokens_per_call"]:.2f}' if t in by_t else '-'
-                         for t in temps)
-    lines.append(f'| {task} | {proposer} | {shape} | {per_call} | {" | ".join(cells)} |')
+      '']
+  lines += report_sections.prediction_table(predicted, batches, temps)
   return '\n'.join(lines) + '\n'
 
 
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
-  p.add_argument('--json', default=os.path.join(DOCS, 'tpu_lookahead_cost.json'),
-                 help='write the costs and predictions here (with --render: read them)')
-  p.add_argument('--markdown', help=f'write the "{SECTION}" section into this file')
-  p.add_argument('--render', action='store_true', help='only write --markdown (no compile)')
-  p.add_argument('--measured-json', default=MEASURED if os.path.exists(MEASURED) else None,
-                 help='tokens per call (default docs/retrieval_drafts.json where it exists; '
-                      'without it: no prediction)')
+  report_sections.add_cost_report_flags(p, os.path.join(DOCS, 'tpu_lookahead_cost.json'),
+                                        SECTION, MEASURED, 'tokens per call')
   p.add_argument('--lookaheads', default=LOOKAHEADS,
                  help='lookahead W,N,G compiled, ";"-separated (default %(default)s)')
   p.add_argument('--chains', default=CHAINS, help='chain lengths G compiled: the target\'s '
@@ -603,10 +578,6 @@ def parse_args(argv=None):
                  help='cheap proposers of the vertical cascades (default %(default)s)')
   p.add_argument('--inner-gamma', type=int, default=INNER_GAMMA,
                  help='k, the cheap drafts per draft call (default %(default)s)')
-  p.add_argument('--tasks', default='ende,manpages', help='the measured tasks predicted '
-                 '(default: those of the encoder-decoder pairs, as T5-XXL is)')
-  p.add_argument('--batches', default='1,8')
-  p.add_argument('--target', default='t5_xxl', help='the T5 config verifying')
   p.add_argument('--draft', default='t5_small', help='the T5 config costing the draft model')
   p.add_argument('--input-len', type=int, default=retrieval.INPUT_LEN)
   p.add_argument('--max-decode-len', type=int, default=retrieval.MAX_DECODE_LEN)

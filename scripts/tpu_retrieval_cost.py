@@ -403,7 +403,6 @@ def section(data: dict) -> str:
                  'when this ran; rerun with `--measured-json PATH` once they are.')
     return '\n'.join(lines) + '\n'
   temps = sorted({r['temperature'] for r in predicted})
-  tname = ', '.join(f'T={t:g}' for t in temps)
   lines += [
       f'Predicted speedup over {target} alone: tokens per call / (c + v), c the proposal '
       'and v its verify (a chain of G: K = G + 1 tokens; a trie of N nodes: the tree '
@@ -412,42 +411,18 @@ def section(data: dict) -> str:
       f'of {st["tasks"].replace(",", ", ")} ("{MODEL}": the task\'s draft model, costed '
       f'as t5_small): the assumption is that {target} and a datastore of its task accept '
       'as those do. The retrieval proposals\' c is their charged cost (above), so their '
-      'predictions are lower bounds.', '',
-      f'| task | proposer | shape | tokens per call ({tname}) | '
-      + ' | '.join(f'c + v at {b} (T=0) | predicted x at {b} ({tname})' for b in batches)
-      + ' |', '|---|---|---|---|' + '---|---|' * len(batches)]
-  groups = {}
-  for row in predicted:
-    groups.setdefault((row['task'], row['proposer'], row['shape']), {})[
-        row['temperature']] = row
-  for (task, proposer, shape), by_t in groups.items():
-    first = by_t[min(by_t)]
-    cells = []
-    for b in batches:
-      cells.append(f'{first[b]["c"] + first[b]["v"]:.3f} | ' + ', '.join(
-          f'{by_t[t][b]["speedup"]:.2f}' if t in by_t else '-' for t in temps))
-    per_call = ', '.join(f'{by_t[t]["tokens_per_call"]:.2f}' if t in by_t else '-'
-                         for t in temps)
-    lines.append(f'| {task} | {proposer} | {shape} | {per_call} | {" | ".join(cells)} |')
+      'predictions are lower bounds.', '']
+  lines += report_sections.prediction_table(predicted, batches, temps)
   return '\n'.join(lines) + '\n'
 
 
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
-  p.add_argument('--json', default=os.path.join(DOCS, 'tpu_retrieval_cost.json'),
-                 help='write the costs and predictions here (with --render: read them)')
-  p.add_argument('--markdown', help=f'write the "{SECTION}" section into this file')
-  p.add_argument('--render', action='store_true', help='only write --markdown (no compile)')
-  p.add_argument('--measured-json', default=MEASURED if os.path.exists(MEASURED) else None,
-                 help='tokens per call of the retrieval drafts (default '
-                      'docs/retrieval_drafts.json where it exists; without it: no '
-                      'prediction)')
+  report_sections.add_cost_report_flags(p, os.path.join(DOCS, 'tpu_retrieval_cost.json'),
+                                        SECTION, MEASURED,
+                                        'tokens per call of the retrieval drafts')
   p.add_argument('--shapes', default=SHAPES, help='proposals compiled, ";"-separated: '
                  '"chain G" (G <= 8) or a trie "dynamic:N:D[:TOP]" (default %(default)s)')
-  p.add_argument('--tasks', default='ende,manpages', help='the measured tasks predicted '
-                 '(default: those of the encoder-decoder pairs, as T5-XXL is)')
-  p.add_argument('--batches', default='1,8')
-  p.add_argument('--target', default='t5_xxl', help='the T5 config verifying')
   p.add_argument('--datastore-tokens', type=int, default=1_000_000,
                  help='REST\'s corpus size in tokens')
   p.add_argument('--document-tokens', type=float, default=12.0,
