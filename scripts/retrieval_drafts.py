@@ -23,6 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import proposer_trees  # pylint: disable=wrong-import-position
 import tree_tokens_per_call as sweep  # pylint: disable=wrong-import-position  # sets XLA flags
+import draft_calls  # pylint: disable=wrong-import-position
 
 import jax  # pylint: disable=wrong-import-position
 import jax.numpy as jnp  # pylint: disable=wrong-import-position
@@ -39,6 +40,7 @@ from specjax.speed import timing  # pylint: disable=wrong-import-position
 SECTION = '## Drafts with no draft model: REST, suffix, cascades'
 CHAINS = ['chain 2', 'chain 4', 'chain 6']
 TRIES = ['dynamic:16:6:4', 'dynamic:32:8:4']
+BIG_TRIE = 'dynamic:64:10:4'  # REST's, and REST and suffix's together
 GAMMA = 4  # the chain whose proposal is timed
 
 
@@ -47,7 +49,8 @@ def settings(task: str) -> dict:
   model = sweep.TASKS[task] + 'draft'
   return {'model': CHAINS + ['dynamic:16:6:4'], 'copy': CHAINS + ['3,1,1,1'],
           'bigram': CHAINS + ['dynamic:16:6:4'], 'eagle': CHAINS + ['dynamic:16:6:4'],
-          'rest': CHAINS + TRIES, 'suffix': CHAINS + TRIES, 'rest+suffix': CHAINS + TRIES,
+          'rest': CHAINS + TRIES + [BIG_TRIE], 'suffix': CHAINS + TRIES,
+          'rest+suffix': CHAINS + TRIES + [BIG_TRIE],
           'lookahead:5,3,4': [proposer_trees.OWN_TREE],
           'lookahead:8,4,6': [proposer_trees.OWN_TREE],
           f'cascade:{model}/bigram': CHAINS, f'cascade:{model}/suffix': CHAINS,
@@ -95,6 +98,34 @@ def proposal_cost(target, tp, draft, dp, inputs, rounds: int) -> float:
   return spent / step
 
 
+def is_vertical(spec: str) -> bool:
+  """Whether `spec` is a vertical cascade ('cascade:DRAFT/CHEAP[/K]')."""
+  return spec.startswith('cascade:') and '/' in spec
+
+
+def count_calls(rows: list, proposers: dict, target, tp, inputs, args) -> None:
+  """Adds to each chain row of the draft model and of the vertical cascades its draft
+  model's calls per proposal, counted in decodes of the same lines at batch 1 and at
+  args.batch_size (`draft_calls.counted_decode`; sampled: pooled over the seeds), as
+  row['draft_calls'] {'B=1': .., 'B=8': ..}."""
+  for row in rows:
+    spec = row['proposer']
+    if not (spec == 'model' or is_vertical(spec)) or not row['shape'].startswith('chain '):
+      continue
+    draft, dp, _ = proposers[spec]
+    sampling = SamplingConfig(temperature=row['temperature'])
+    row['draft_calls'] = {}
+    for batch in sorted({1, args.batch_size}):
+      made = [draft_calls.counted_decode(
+          target, tp, draft, dp, inputs, gamma=int(row['shape'].split()[1]),
+          max_decode_len=args.max_decode_len, sampling=sampling,
+          rng=jax.random.PRNGKey(seed), slots=batch) for seed in range(row['seeds'])]
+      row['draft_calls'][f'B={batch}'] = (sum(m['calls'] for m in made)
+                                          / sum(m['proposals'] for m in made))
+    print(f'{row["task"]} {spec} {row["shape"]} T {row["temperature"]:g}: draft calls per '
+          f'proposal {row["draft_calls"]}', file=sys.stderr, flush=True)
+
+
 def run_task(task: str, args) -> tuple:
   target, tp, draft, dp, inputs = sweep.load_task(task, args.num_examples)
   name = sweep.TASKS[task] + 'target'
@@ -105,7 +136,9 @@ def run_task(task: str, args) -> tuple:
     proposers[spec] = (d, p, labels)
   rows = []
   for spec, proposer in proposers.items():  # one at a time, dropping what XLA compiled
-    rows += proposer_trees.decode_rows(task, target, tp, inputs, {spec: proposer}, args)
+    mine = proposer_trees.decode_rows(task, target, tp, inputs, {spec: proposer}, args)
+    count_calls(mine, proposers, target, tp, inputs, args)
+    rows += mine
     decoder.drop_programs()
     jax.clear_caches()
   jax.config.update('jax_disable_most_optimizations', False)  # timed as a user runs it
@@ -127,8 +160,11 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'best tree of each draft on the first test lines of each task (batch 8, refilled; '
            'sampled rows pooled over two seeds), and c, the draft\'s cost per drafted token '
            'in target steps on this CPU (one proposal of a chain of 4 over 4 target steps, '
-           'batch 8). `rest` retrieves from the datastore bundled with the task (its train '
-           'targets; the trees are tries of 16 and 32 nodes); `suffix` from the row\'s own '
+           'batch 8; a vertical cascade\'s at its most draft calls: the timed sequence, one '
+           'token repeated, has the draft model keep none of the cheap drafts). `rest` '
+           'retrieves from the datastore bundled with the task (its train targets; the trees '
+           'are tries of 16 and 32 nodes, and 64 for `rest` and `rest+suffix`); `suffix` from '
+           'the row\'s own '
            'input and output, `rest+suffix` one trie of both; `lookahead:W,N,G` the '
            'target\'s own Jacobi window and n-gram pool as one tree; `cascade:D/X` is the '
            'draft model D\'s chain drafted by X and '
@@ -145,7 +181,29 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
     lines.append(f'| {task} | {temperature:g} | {kind} | '
                  f'{"-" if c is None else format(c, ".3f")} | {" | ".join(cells(chain))} | '
                  f'{" | ".join(cells(best_tree))} |')
-  return '\n'.join(lines) + '\n'
+  return '\n'.join(lines + calls_table(rows)) + '\n'
+
+
+def calls_table(rows: list) -> list:
+  """The lines of the draft model's calls per proposal (`count_calls`), if counted."""
+  counted = [r for r in rows if r.get('draft_calls')]
+  if not counted:
+    return []
+  batches = sorted({b for r in counted for b in r['draft_calls']}, key=lambda b: int(b[2:]))
+  lines = ['', 'Calls of the draft model per proposal, counted in the decodes of the same '
+           'lines at each batch (`scripts/draft_calls.py`; refilled; sampled: both seeds): '
+           'a draft model\'s chain of G makes G; a vertical cascade one before its loop and '
+           'one of k + 1 = 4 tokens per iteration, and its loop runs until the batch\'s '
+           'slowest row holds G drafts. On memory-bound hardware a call costs about the '
+           'same whatever its few tokens (docs/tpu_speed.md prices them).', '',
+           '| task | T | draft | chain | ' + ' | '.join(f'calls at {b}' for b in batches)
+           + ' |', '|---|---|---|---|' + '---|' * len(batches)]
+  for r in counted:
+    lines.append(f'| {r["task"]} | {r["temperature"]:g} | {r["proposer"]} | '
+                 f'{r["shape"].split()[1]} | '
+                 + ' | '.join(f'{r["draft_calls"].get(b, float("nan")):.2f}' for b in batches)
+                 + ' |')
+  return lines
 
 
 def _groups(rows: list):

@@ -34,10 +34,12 @@ The prediction: tokens per call / (c + v), c the proposal and v the target's ver
 in target steps, for each row of --measured-json (written by scripts/retrieval_drafts.py)
 on --tasks whose proposer is 'model' (a chain: c the t5_small chain of G), 'lookahead:W,N,G'
 (its own tree) or a vertical 'cascade:DRAFT/CHEAP[/k]' (a chain). A cascade's tokens per
-target call are measured; its draft calls per chain are not: they are estimated as G over
-CHEAP's own measured tokens per target call (its row of the same task and temperature at
-the shortest chain of at least k), within [fewest, most], and c interpolated (linear in
-n) between the two compiled counts; the predictions at the fewest and most calls bound it.
+target call are measured, and so are its draft calls per chain where the row counts them
+at the batch (its 'draft_calls', `scripts/draft_calls.py`: the loop's iterations are those
+calls but the one before the loop); elsewhere they are estimated as G over CHEAP's own
+measured tokens per target call (its row of the same task and temperature at the shortest
+chain of at least k), within [fewest, most]. Its c is interpolated (linear in n) between
+the two compiled counts; the predictions at the fewest and most calls bound it.
 The assumption is that T5-XXL (and t5_small, the draft) accept as the bundled pairs
 measured there do.
 """
@@ -282,8 +284,8 @@ def predict(result: dict, rows: list, target: str, draft: str, tasks: tuple,
             width: int = None) -> list:
   """A prediction per measured row of `tasks` (the draft model's chains, lookahead, the
   vertical cascades) whose programs were compiled: tokens per call / (c + v) in target
-  steps; a cascade's with its estimated draft calls and the bounds of its fewest and most
-  (`cascade_cost` of its chain compiled at G = `width`)."""
+  steps; a cascade's with its counted (else estimated) draft calls and the bounds of its
+  fewest and most (`cascade_cost` of its chain compiled at G = `width`)."""
   out = []
   for row in rows:
     proposer, shape, temp = row['proposer'], row['shape'], row['temperature']
@@ -322,8 +324,11 @@ def predict(result: dict, rows: list, target: str, draft: str, tasks: tuple,
           break
         item[batch] = {'c': proposal['seconds'] / step, 'v': v}
       elif casc:
-        at = [cascade_cost(costs, inner, k, width, n, suffix)
-              for n in (low, high, item['calls']['estimate'])]
+        counted = row.get('draft_calls', {}).get(batch)  # the pre-loop call included
+        n = item['calls']['estimate'] if counted is None else counted - 1
+        if counted is not None:
+          item['calls'].setdefault('counted', {})[batch] = n
+        at = [cascade_cost(costs, inner, k, width, x, suffix) for x in (low, high, n)]
         if None in at:
           break
         c_low, c_high, c_est = (x / step for x in at)
@@ -558,9 +563,11 @@ def section(data: dict) -> str:
       f'tokens per call {st["measured_json"]} measures on the bundled pairs of '
       f'{st["tasks"].replace(",", ", ")} ("{MODEL}" and the cascades\' DRAFT: the task\'s '
       f'draft model, costed as {draft}): the assumption is that {target} accepts as those '
-      'targets do. A cascade\'s draft calls per chain are not measured: its c is at G / '
-      '(CHEAP\'s own tokens per call in that file, at the shortest chain of at least k), '
-      'within [fewest, most], its prediction in brackets at the most and the fewest calls.',
+      'targets do. A cascade\'s c is at its draft calls per chain counted in those decodes '
+      '(at batch 1 and 8: its loop runs until the batch\'s slowest row holds G drafts), '
+      'where not counted at G / (CHEAP\'s own tokens per call in that file, at the shortest '
+      'chain of at least k) within [fewest, most]; its prediction in brackets at the most '
+      'and the fewest calls.',
       '']
   lines += report_sections.prediction_table(predicted, batches, temps)
   return '\n'.join(lines) + '\n'

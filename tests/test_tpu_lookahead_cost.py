@@ -212,3 +212,18 @@ def test_the_committed_report_matches_its_json():
     for batch in ('B=1', 'B=8'):
       p = row[batch]
       assert p['speedup'] == pytest.approx(row['tokens_per_call'] / (p['c'] + p['v']))
+
+
+def test_a_cascades_counted_calls_price_it_where_counted():
+  rows = [{'task': 'ende', 'proposer': 'cascade:demo_draft/bigram', 'shape': 'chain 4',
+           'temperature': 0.0, 'tokens_per_call': 2.5, 'draft_calls': {'B=1': 4.0}},
+          {'task': 'ende', 'proposer': 'bigram', 'shape': 'chain 4', 'temperature': 0.0,
+           'tokens_per_call': 2.0}]
+  costs = _costs()
+  out = cost.predict({'B=1': costs, 'B=2': costs}, rows, 't5_xxl', 't5_small', ('ende',), 4)
+  (casc,) = out
+  # B=1: 4 calls counted, the one before the loop and 3 iterations: 0.2 + 2 x 0.1.
+  assert casc['calls']['counted'] == {'B=1': 3.0}
+  assert casc['B=1']['c'] == pytest.approx(0.04)
+  # B=2 counted none: the estimate, 4 / 2.0 = 2 iterations, 0.3.
+  assert casc['calls']['estimate'] == 2.0 and casc['B=2']['c'] == pytest.approx(0.03)
