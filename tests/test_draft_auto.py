@@ -154,6 +154,7 @@ def test_a_resumed_sampled_run_keeps_its_proposer(tmp_path, monkeypatch):
   assert second['resumed'] == 4 and path.read_text() == whole
   assert (second['draft'], second['gamma']) == (first['draft'], first['gamma'])
   assert 'the choice of the run that wrote' in second['gamma_reason']  # not calibrated again
+  assert second['gamma_reason'].startswith(f'--draft {first["draft"]}, as the run that wrote')
   assert not pathlib.Path(gamma_choice.cache_file()).exists()
 
 

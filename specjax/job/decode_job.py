@@ -283,6 +283,8 @@ def run(job: DecodeConfig, on_record: Optional[Callable[[dict], None]] = None,
   else:
     gamma, gamma_reason, calibration = _choose_gamma(
         job, pair, inputs, mesh, output, lambda g: fingerprint(job, g))
+  if auto and chosen is None:  # --draft auto resumed: the proposer its file was written with
+    gamma_reason = f'--draft {job.draft}, as the run that wrote {output.path} chose; {gamma_reason}'
   skip = output.begin(fingerprint(job, gamma), examples) if output is not None else 0
   totals, identical, widths = _decode(job, gamma, pair, inputs, mesh, skip, output,
                                       on_record)
