@@ -17,6 +17,10 @@ machine then hits both), keeping each program's fastest compile:
   - TPU's own estimate of the call's time, the sum of the `estimated_cycles` libtpu's
     cost model gives each operation of the compiled program (`estimated_cycles`), the
     scanned loop's body counted L times;
+- 'slice' (--slice-chips, default 4: v4-8): compile times alone of T5-XXL's encoder, step
+  and verify, and of one loop iteration of the speculative decode (t5_small's chain of 7,
+  the verify, the acceptance; `programs.program_fns`), batch 8, sharded model-parallel
+  over the slice's cores;
 - 'cpu': the bundled demo pair's whole speculative decode (`speculative_decode` at
   gamma 4, batch 8, the 8 sample sentences' shapes), lowered and compiled on this CPU.
 No program runs: only compile times and compile-time costs are measured.
@@ -40,6 +44,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TPU_PROGRAMS = (('t5_xxl', 'verify', 9), ('t5_xxl', 'step', 1), ('t5_small', 'step', 1))
 
 
+# On a slice: the target's encoder, step and verify, and one whole loop iteration (the
+# draft's chain of 7, the verify of 8 tokens and the acceptance).
+SLICE_PROGRAMS = (('t5_xxl', 'encode', 0), ('t5_xxl', 'step', 1), ('t5_xxl', 'verify', 9),
+                  ('t5_xxl+t5_small', 'iteration', 7))
+SLICE_BATCH = 8
 LAYOUTS = ('unrolled', 'scanned', 'scanned, loop unrolled')
 LAYERS = {'t5_xxl': 24, 't5_small': 8}  # decoder layers
 _CYCLES = re.compile(r'"estimated_cycles":"(\d+)"')
@@ -124,6 +133,33 @@ def tpu_part(rounds: int, batches) -> list:
   return list(best.values())
 
 
+def slice_part(rounds: int, chips: int) -> list:
+  """Rows {model, program, tokens, batch, layout, chips, compile_seconds} of T5-XXL's
+  programs sharded over the cores of a TPU v4 slice of `chips` chips (model-parallel, as
+  T5-XXL is served), batch 8: the fastest of `rounds` compiles each."""
+  from specjax.speed import cli, programs  # pylint: disable=import-outside-toplevel
+  mesh = cli.Backend(cpu=False).mesh(chips)
+  best = {}
+  for _ in range(rounds):
+    for layout in LAYOUTS[:2]:
+      target, draft = _configs(layout)
+
+      def keep(row, layout=layout):
+        key = (row.model, row.program, row.tokens, layout)
+        if key not in best or row.compile_seconds < best[key]['compile_seconds']:
+          best[key] = dict(model=row.model, program=row.program, tokens=row.tokens,
+                           batch=SLICE_BATCH, layout=layout, chips=chips,
+                           compile_seconds=row.compile_seconds)
+        print(f'v4 {chips} chips {key}: {row.compile_seconds:.1f} s', file=sys.stderr,
+              flush=True)
+
+      programs.measure_pair(
+          target, draft, batch=SLICE_BATCH, input_len=128, max_decode_len=128, mesh=mesh,
+          greedy=True, only=lambda m, p, k: (m, p, k) in SLICE_PROGRAMS, on_row=keep,
+          compile_fn=_compile_fresh)
+  return list(best.values())
+
+
 def cpu_part(rounds: int) -> list:
   """Rows {program, layout, compile_seconds} of the demo pair's whole decode on this CPU,
   the fastest of `rounds` compiles each."""
@@ -205,6 +241,28 @@ def section(data: dict) -> str:
             f'{call["bytes"] / 1e6:,.0f} | {call["bytes"] / u["bytes"]:.3f} | '
             f'{call["flops"] / u["flops"]:.3f} | {sc["cycles"] / u["cycles"]:.3f} |')
     lines.append('')
+  sliced = {(r['model'], r['program'], r['tokens'], r['layout']): r
+            for r in data.get('slice', [])}
+  if sliced:
+    chips = data['slice'][0]['chips']
+    lines += [f'Compile-only on a TPU v4 slice of {chips} chips ({2 * chips} cores, '
+              f'model-parallel: T5-XXL\'s params and caches sharded over heads and MLP, as '
+              f'T5-XXL is served), batch {SLICE_BATCH}: T5-XXL\'s encoder, step and verify, '
+              'and one loop iteration of the speculative decode (t5_small\'s chain of 7, '
+              'the verify of 8 tokens, the acceptance), t5_small scanned with T5-XXL. The '
+              'partitioner works on every operation of the program, so a program of one '
+              'layer body gains more here than on one chip.', '',
+              '| program | compile, unrolled (s) | compile, scanned (s) | x faster |',
+              '|---|---|---|---|']
+    for model, program, tokens in SLICE_PROGRAMS:
+      key = (model, program, tokens)
+      if any(key + (layout,) not in sliced for layout in LAYOUTS[:2]):
+        continue
+      u, sc = (sliced[key + (layout,)]['compile_seconds'] for layout in LAYOUTS[:2])
+      name = f'{model} {program}' + {'verify': f' K={tokens}',
+                                     'iteration': f' gamma {tokens}'}.get(program, '')
+      lines.append(f'| {name} | {u:.1f} | {sc:.1f} | {u / sc:.1f} |')
+    lines.append('')
   if cpu:
     lines.append(f'On this CPU the bundled demo pair (4 and 2 layers deep) compiles its whole '
                  f'speculative decode (gamma 4, batch 8) in {cpu["unrolled"]:.1f} s unrolled '
@@ -219,6 +277,8 @@ def parse_args(argv=None):
   parser.add_argument('--rounds', type=int, default=2, help='compiles of each program')
   parser.add_argument('--batches', default='1,8', help='TPU batch sizes')
   parser.add_argument('--cpu-only', action='store_true', help='skip the TPU part')
+  parser.add_argument('--slice-chips', type=int, default=4,
+                      help='also compile on a TPU v4 slice of this many chips (0: not)')
   parser.add_argument('--markdown', help='put the section in this report (docs/tpu_speed.md)')
   return parser.parse_args(argv)
 
@@ -232,6 +292,8 @@ def main(argv=None) -> int:
          'cpu': cpu_part(args.rounds)}
   if not args.cpu_only:
     out['tpu'] = tpu_part(args.rounds, [int(b) for b in args.batches.split(',')])
+    if args.slice_chips:
+      out['slice'] = slice_part(args.rounds, args.slice_chips)
   with open(args.json + '.tmp', 'w') as f:
     json.dump(out, f, indent=1)
   os.replace(args.json + '.tmp', args.json)

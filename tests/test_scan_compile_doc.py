@@ -24,9 +24,25 @@ def test_the_section_reads_every_layout_it_compares():
   """A row missing one layout is left out rather than compared with nothing."""
   script = scripts_for_tests.load_script('scan_compile_times')
   data = json.loads((ROOT / 'docs' / 'scan_compile.json').read_text())
+  data = dict(data, slice=[])  # the one-chip table alone
   full = script.section(data)
   cut = dict(data, tpu=[r for r in data['tpu'] if not (
       r['model'] == 't5_small' and r['layout'] == 'scanned')])
   fewer = script.section(cut)
   assert '| t5_small step |' in full and '| t5_small step |' not in fewer
   assert fewer.count('| t5_xxl') == full.count('| t5_xxl') == 4
+
+
+def test_the_slice_table_is_the_json_s():
+  """Each program compiled on the v4 slice is a row of the section, and the README quotes
+  the verify's times."""
+  script = scripts_for_tests.load_script('scan_compile_times')
+  data = json.loads((ROOT / 'docs' / 'scan_compile.json').read_text())
+  rows = {(r['model'], r['program'], r['layout']): r['compile_seconds'] for r in data['slice']}
+  text = script.section(data)
+  for model, program, _ in script.SLICE_PROGRAMS:
+    u, s = rows[(model, program, 'unrolled')], rows[(model, program, 'scanned')]
+    assert f'| {u:.1f} | {s:.1f} | {u / s:.1f} |' in text
+  readme = (ROOT / 'README.md').read_text()
+  u, s = rows[('t5_xxl', 'verify', 'unrolled')], rows[('t5_xxl', 'verify', 'scanned')]
+  assert f'the verify in {s:.1f} against\n{u:.1f} s' in readme
