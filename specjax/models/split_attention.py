@@ -46,6 +46,31 @@ def joint_softmax(old: jax.Array, new: jax.Array) -> Tuple[jax.Array, jax.Array]
   return old / total, new / total
 
 
+def _two_blocks(q: jax.Array, blocks, masks, specs: Tuple[str, str], logits_dtype=jnp.float32,
+               biases=(None, None)) -> jax.Array:
+  """Attention of q over two blocks of keys and values, one softmax over both.
+
+  Args:
+    q: the queries, in the first operand's layout of specs[0].
+    blocks: ((cache keys, cache values), (new keys, new values)), each in the second
+      operand's layout of specs[0] (its last axis the block's slots).
+    masks: for each block, where a score counts (broadcast against the scores).
+    specs: (the scores' einsum, the output's einsum); the output is float32.
+    logits_dtype: the scores' and the softmax's dtype.
+    biases: for each block, added to its scores (None: none).
+  """
+  floor = jnp.finfo(logits_dtype).min
+  scores = []
+  for (keys, _), mask, bias in zip(blocks, masks, biases):
+    s = jnp.einsum(specs[0], q, keys, preferred_element_type=logits_dtype)
+    s = s if bias is None else s + bias
+    scores.append(jnp.where(mask, s, floor))
+  probs = joint_softmax(*scores)
+  old, new = (jnp.einsum(specs[1], p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+              for p, (_, v) in zip(probs, blocks))
+  return old + new
+
+
 def t5_self_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
                       new_k: jax.Array, new_v: jax.Array, mask: jax.Array,
                       bias: jax.Array | None, write_start: jax.Array,
@@ -66,20 +91,14 @@ def t5_self_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
     [B, N, K, H] in the cache's dtype (as `dot_product_attention` returns it).
   """
   count = new_k.shape[-1]
-  floor = jnp.finfo(logits_dtype).min
-  old = jnp.einsum('bknh,bnht->bnkt', q, cache_k, preferred_element_type=logits_dtype)
-  new = jnp.einsum('bknh,bnhj->bnkj', q, new_k, preferred_element_type=logits_dtype)
+  biases = (None, None)
   if bias is not None:
-    bias = jnp.broadcast_to(bias, old.shape[:1] + bias.shape[1:]).astype(logits_dtype)
-    old = old + bias
-    new = new + written_columns(bias, write_start, count)
-  old = jnp.where(without_written(mask, write_start, count)[:, None], old, floor)
-  new = jnp.where(written_columns(mask, write_start, count)[:, None], new, floor)
-  p_old, p_new = joint_softmax(old, new)
-  out = (jnp.einsum('bnkt,bnht->bnkh', p_old.astype(cache_v.dtype), cache_v,
-                    preferred_element_type=jnp.float32)
-         + jnp.einsum('bnkj,bnhj->bnkh', p_new.astype(new_v.dtype), new_v,
-                      preferred_element_type=jnp.float32))
+    bias = jnp.broadcast_to(bias, (q.shape[0],) + bias.shape[1:]).astype(logits_dtype)
+    biases = (bias, written_columns(bias, write_start, count))
+  masks = (without_written(mask, write_start, count)[:, None],
+           written_columns(mask, write_start, count)[:, None])
+  out = _two_blocks(q, ((cache_k, cache_v), (new_k, new_v)), masks,
+                   ('bknh,bnht->bnkt', 'bnkt,bnht->bnkh'), logits_dtype, biases)
   return out.astype(cache_v.dtype)
 
 
@@ -100,17 +119,8 @@ def lm_self_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
     [B, K, N, H] in the values' dtype.
   """
   n, m, count = q.shape[2], cache_k.shape[1], new_k.shape[-1]
-  grouped = lm_layers.group_queries(q, m)  # [B, M, Q, H]
-  floor = jnp.finfo(jnp.float32).min
-  old = jnp.einsum('BMQH,BMHT->BMQT', grouped, cache_k, preferred_element_type=jnp.float32)
-  new = jnp.einsum('BMQH,BMHJ->BMQJ', grouped, new_k, preferred_element_type=jnp.float32)
-  old = jnp.where(lm_layers.group_mask(without_written(mask, write_start, count), n // m),
-                  old, floor)
-  new = jnp.where(lm_layers.group_mask(written_columns(mask, write_start, count), n // m),
-                  new, floor)
-  p_old, p_new = joint_softmax(old, new)
-  out = (jnp.einsum('BMQT,BMHT->BMQH', p_old.astype(cache_v.dtype), cache_v,
-                    preferred_element_type=jnp.float32)
-         + jnp.einsum('BMQJ,BMHJ->BMQH', p_new.astype(new_v.dtype), new_v,
-                      preferred_element_type=jnp.float32))
+  masks = (lm_layers.group_mask(without_written(mask, write_start, count), n // m),
+           lm_layers.group_mask(written_columns(mask, write_start, count), n // m))
+  out = _two_blocks(lm_layers.group_queries(q, m), ((cache_k, cache_v), (new_k, new_v)),
+                   masks, ('BMQH,BMHT->BMQT', 'BMQT,BMHT->BMQH'))  # [B, M, Q, H]
   return lm_layers.ungroup(out.astype(cache_v.dtype), n)
