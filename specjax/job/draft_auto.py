@@ -155,15 +155,19 @@ def _calibrated(job, spec, target, tp, draft, dp, probe, most, kw, rule) -> dict
   """One candidate's row: its plan (gamma, tree), tokens per call and speedups."""
   batch = probe[:job.batch_size]
   if drafts.is_lookahead(spec):  # its own tree: nothing to choose, timed as it is
-    tree = job.token_tree
-    decode = lambda: api.speculative_decode(target, tp, draft, dp, probe, gamma=tree.depth_count,
-                                            tree=tree, max_decode_len=job.max_decode_len,
-                                            sampling=job.sampling, **kw, **rule)
-    figures = decode_figures(jax.tree.map(np.asarray, decode().stats))
+    tree, last = job.token_tree, []
+
+    def decode():  # its figures are those of the last timed decode (each decodes alike)
+      last[:] = [api.speculative_decode(target, tp, draft, dp, probe, gamma=tree.depth_count,
+                                        tree=tree, max_decode_len=job.max_decode_len,
+                                        sampling=job.sampling, **kw, **rule)]
+      return last[0]
+
     spec_tps, alone = calibrate.tokens_per_second(
         [decode, lambda: api.autoregressive_decode(target, tp, probe,
                                                    max_decode_len=job.max_decode_len,
                                                    sampling=job.sampling, **kw)], passes=3)
+    figures = decode_figures(jax.tree.map(np.asarray, last[0].stats))
     return dict(draft=spec, gamma=tree.depth_count, tree=tree_auto.to_json(tree), alpha=None,
                 tokens_per_call=float(figures.tokens_per_call), predicted_speedup=None,
                 measured_speedup=spec_tps / alone)
