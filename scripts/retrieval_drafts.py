@@ -52,7 +52,7 @@ def settings(task: str) -> dict:
           'rest': CHAINS + TRIES + [BIG_TRIE], 'suffix': CHAINS + TRIES,
           'rest+suffix': CHAINS + TRIES + [BIG_TRIE],
           'lookahead:5,3,4': [proposer_trees.OWN_TREE],
-          'lookahead:8,4,6': [proposer_trees.OWN_TREE],
+          'lookahead:4,4,4': [proposer_trees.OWN_TREE],
           f'cascade:{model}/bigram': CHAINS, f'cascade:{model}/suffix': CHAINS,
           f'cascade:{model}:2,rest': ['chain 4', 'chain 6']}
 

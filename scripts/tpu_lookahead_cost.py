@@ -16,7 +16,8 @@ target's step, its chain verify of K = G + 1 tokens (`programs.program_fns`) and
 chain of G (G of its steps, `tpu_retrieval_cost.chain_of`). Besides them:
 
 - lookahead:W,N,G (`specjax.proposers.lookahead`): the target's ONE call that verifies the
-  Jacobi window and up to G n-grams as one tree of W + G (N - 1) nodes
+  Jacobi window (W branches of N - 1 levels) and up to G n-grams as one tree of
+  (W + G)(N - 1) nodes
   (`tree_steps.verify_tree`, with the caches and a dynamic tree's mask [B, M, M] of a
   decode with that draft), and the proposal itself (`Bound(draft, params,
   encoded).propose` as the loop calls it: the pool's update, its top-G lookup and the
@@ -63,7 +64,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, 'docs')
 MEASURED = retrieval.MEASURED
 MODEL = retrieval.MODEL
-LOOKAHEADS = '5,3,4;8,4,6'
+LOOKAHEADS = '5,3,4;4,4,4'
 INNERS = ('bigram', 'suffix')
 CHAINS = '2,4,6'
 INNER_GAMMA = 3  # k of `cascade:NAME/CHEAP` without /K (`VerticalCascade.inner_gamma`)
@@ -80,8 +81,8 @@ def parse_lookahead(text: str) -> tuple:
 
 
 def lookahead_nodes(w: int, n: int, g: int) -> int:
-  """The nodes of lookahead's tree: the window's W and G n-grams' N - 1 each."""
-  return w + g * (n - 1)
+  """The nodes of lookahead's tree: the window's W branches and G n-grams, N - 1 each."""
+  return (w + g) * (n - 1)
 
 
 def parse_cascade(proposer: str):
@@ -505,8 +506,8 @@ def section(data: dict) -> str:
       f'tokens are the programs of section 8, and {draft}\'s chain of G is G of its steps, '
       'as in the section above.', '',
       '**Lookahead** (`--draft lookahead:W,N,G`) needs no draft model: each target call '
-      'verifies the Jacobi window (W nodes) and up to G n-grams of its pool (N - 1 nodes '
-      'each) as ONE tree of W + G (N - 1) nodes ('
+      'verifies the Jacobi window (W branches of its N - 1 levels) and up to G n-grams of '
+      'its pool (N - 1 nodes each) as ONE tree of (W + G)(N - 1) nodes ('
       + ', '.join(f'{lookahead_nodes(*x)} at {",".join(map(str, x))}' for x in looks)
       + '). That call ("lookahead verify N" below) is `tree_steps.verify_tree` with the '
       'caches and the per-row tree mask of a lookahead decode; the proposal ("lookahead:W,N,G") '

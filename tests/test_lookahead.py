@@ -1,5 +1,5 @@
-"""Lookahead decoding (`--draft lookahead:W,N,G`): the Jacobi step of the window and the
-n-gram pool (hand-checked), the window always verified, a refilled row starting afresh;
+"""Lookahead decoding (`--draft lookahead:W,N,G`): the Jacobi step of the window's levels and
+the n-gram pool (hand-checked), the window always verified, a refilled row starting afresh;
 greedy identical to the target alone on both bundled encoder-decoder tasks and the
 decoder-only pair with refill; sampled, the target's distribution (chi-square of the first
 three tokens, and a broken tree rule that the same test rejects); bad W, N, G and flags in
@@ -29,35 +29,40 @@ T1 = SamplingConfig(temperature=1.0)
 T07 = SamplingConfig(temperature=0.7, top_k=3, top_p=0.9)
 
 
-def test_the_window_takes_a_jacobi_step_past_the_committed_tokens_and_feeds_the_pool():
-  draft = LookaheadDraft(10, window=3, ngram=2, guesses=1, pool=4, source=False)
+def test_the_levels_take_a_jacobi_step_past_the_committed_tokens_and_feed_the_pool():
+  draft = LookaheadDraft(20, window=3, ngram=3, guesses=1, pool=8, source=False)
   state = draft.init_cache(1, 16)
-  state = {**state, 'nodes': jnp.array([[0, 1, 2]])}  # g_1 .. g_3 are nodes 0, 1, 2
-  # The target's argmax after the root (7), after g_1 (8), g_2 (9), g_3 and the n-gram node.
-  verdicts = jnp.array([[7, 8, 9, 6, 5]])
-  new = draft.accepted(state, None, None, jnp.array([0]), jnp.array([4]),
+  # Trunk 1 2 3, level 1 4 5 6; the branches' tips (4, 5, 6 below 1, 2, 3) are nodes 3 4 5.
+  state = {**state, 'window': jnp.array([[[1, 2, 3], [4, 5, 6]]]),
+           'nodes': jnp.array([[3, 4, 5]])}
+  # The target's argmax after the root (slot 0) and after each node (slot node + 1).
+  verdicts = jnp.array([[7, 8, 9, 10, 11, 12, 13, 14, 15]])
+  new = draft.accepted(state, None, None, jnp.array([1]), jnp.array([4]),
                        target_tokens=verdicts)
-  # h = 7 8 9; one token committed (7): the window moves by one, its last guess repeated.
-  assert new['window'].tolist() == [[8, 9, 9]]
-  assert new['pool'][0, :2].tolist() == [[7, 8], [8, 9]] and int(new['next'][0]) == 2
-  assert int(new['root'][0]) == 4
+  # The tips' argmax 11 12 13 is the new top level, level 1 the new trunk; two tokens
+  # committed (n = 1): both move on by one more, their last guess repeated.
+  assert new['window'].tolist() == [[[5, 6, 6], [12, 13, 13]]]
+  # Each branch read down: trunk, level 1, the argmax at its tip.
+  assert new['pool'][0, :3].tolist() == [[1, 4, 11], [2, 5, 12], [3, 6, 13]]
+  assert int(new['next'][0]) == 3 and int(new['root'][0]) == 4
 
 
 def test_the_window_is_always_verified_and_pool_n_grams_after_the_root_join_it():
   draft = LookaheadDraft(10, window=2, ngram=3, guesses=2, pool=4, source=False)
   cfg = LoopConfig(gamma=2, max_decode_len=8, tree=draft.tree_spec())
+  assert (draft.tree_spec().nodes, draft.tree_spec().depth) == ((2 + 2) * 2, 2 + 1)
   state = draft.init_cache(1, 16)
   # A row at position 3 (root token 5) whose last call's root was 2; its pool holds
-  # 5 6 7 and 4 1 2; its window guesses 6 3.
-  state.update(window=jnp.array([[6, 3]]), root=jnp.array([2]), next=jnp.array([2]),
+  # 5 6 7 and 4 1 2; its trunk guesses 6 3, its level 1 7 8.
+  state.update(window=jnp.array([[[6, 3], [7, 8]]]), root=jnp.array([2]), next=jnp.array([2]),
                pool=state['pool'].at[0, :2].set(jnp.array([[5, 6, 7], [4, 1, 2]])))
   seq = jnp.array([[0, 2, 9, 5, 0, 0, 0, 0]])
   p = draft.propose({}, {}, state, seq, jnp.array([3]), None, None, cfg)
-  # The window 6 3 and the n-gram 6 7 share their first node: 6, then 3 and 7 below it;
-  # no other n-gram begins with 5, so the rest are fallbacks.
-  assert p.tokens[0, :3].tolist() == [6, 3, 7]
-  assert p.parents[0, :3].tolist() == [-1, 0, 0]
-  assert p.state['nodes'][0].tolist() == [0, 1]
+  # Branch 0 is 6 7, branch 1 is 6 3 8; the n-gram 6 7 is branch 0 (one node each). No
+  # other n-gram begins with 5, so the rest are fallbacks.
+  assert p.tokens[0, :4].tolist() == [6, 7, 3, 8]
+  assert p.parents[0, :4].tolist() == [-1, 0, 0, 2]
+  assert p.state['nodes'][0].tolist() == [1, 3]  # the branches' tips
   # The tokens committed since the last call joined the pool: '2 9 5' ends at position 3.
   assert [2, 9, 5] in p.state['pool'][0].tolist()
 

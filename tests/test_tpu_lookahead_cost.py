@@ -19,7 +19,7 @@ def _record(seconds):
 
 def _costs():
   return {'t5_xxl step': _record(10.0), 't5_small step': _record(0.1),
-          't5_xxl verify 5': _record(10.5), 't5_xxl lookahead verify 13': _record(11.0),
+          't5_xxl verify 5': _record(10.5), 't5_xxl lookahead verify 18': _record(11.0),
           'lookahead:5,3,4': _record(0.02), 'lookahead:5,3,4 sampled': _record(0.03),
           'cascade bigram/3 chain 4, 1 calls': _record(0.2),
           'cascade bigram/3 chain 4, 2 calls': _record(0.3),
@@ -29,7 +29,7 @@ def _costs():
 
 def test_specs_and_the_cascades_calls():
   assert cost.parse_lookahead('lookahead:5,3,4') == (5, 3, 4) == cost.parse_lookahead('5,3,4')
-  assert cost.lookahead_nodes(5, 3, 4) == 13 and cost.lookahead_nodes(8, 4, 6) == 26
+  assert cost.lookahead_nodes(5, 3, 4) == 18 and cost.lookahead_nodes(4, 4, 4) == 24
   with pytest.raises(ValueError):
     cost.parse_lookahead('lookahead:5,1,4')
   assert cost.parse_cascade('cascade:demo_draft/bigram') == ('bigram', 3)

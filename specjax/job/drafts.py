@@ -19,7 +19,7 @@
 - `rest+suffix` (or `rest:DIR+suffix`): one trie of both's continuations
   (`specjax.proposers.trie.Mixture`);
 - `lookahead` or `lookahead:W,N,G`: lookahead decoding, the target's own Jacobi window of W
-  guesses and G n-grams of N tokens from its pool, verified as one tree
+  guesses in N - 1 levels and G n-grams of N tokens from its pool, verified as one tree
   (`specjax.proposers.lookahead`);
 - `cascade:NAME/CHEAP` (or `cascade:NAME/CHEAP/K`): the draft model NAME's chain, itself
   drafted K (default 3) tokens at a time by CHEAP (bigram, copy, suffix, rest, rest:DIR)

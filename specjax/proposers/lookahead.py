@@ -1,32 +1,37 @@
 """Lookahead decoding: the target drafts for itself by Jacobi iteration, with no draft model.
 
-Each row keeps a window of W guesses of its next tokens and a pool of n-grams (N tokens
-each). One target call verifies one tree below the row's last token, the root, with two
-branches under one tree mask:
+Each row keeps a window of guesses in N - 1 levels of W tokens, as lookahead decoding's
+paper lays it out, and a pool of n-grams (N tokens each). One target call verifies one tree
+below the row's last token, the root, with two branches under one tree mask:
 
-- the lookahead branch: the window, a chain g_1 .. g_W. The target's argmax after the root
-  and after each g_d is a Jacobi step of the window: h_0 is the true next token, h_d the
-  target's guess of the token after g_1 .. g_d. The next window is h_0 .. h_(W-1), moved
-  past the tokens the call committed;
+- the lookahead branch: level 0, the trunk, is a chain g_1 .. g_W of guesses of the next W
+  tokens; below its d-th node hangs a branch of levels 1 .. N - 2, each level's d-th token
+  one position further on. Every node's target argmax is a Jacobi step: a level's next
+  guesses are the level above it, and the top level's next guesses are the target's argmax
+  at the tips of the branches. An n-gram is read down each branch, the trunk's d-th token,
+  the levels' d-th tokens and the argmax at its tip: each token after the first is what
+  the target predicted after the tokens before it, so the pool learns the target's own
+  continuations (where the trunk alone gave strings of guesses each made in another
+  context). All levels move past the tokens the call committed;
 - the verification branch: up to G n-grams of the pool that begin with the root's token,
-  their N - 1 tokens after it.
+  their N - 1 tokens after it, the newest first.
 
 Both branches are one trie (`specjax.proposers.trie`: shared prefixes are one node; the
-window's W nodes always come first) of W + G (N - 1) nodes at most, so the target scores
-the window (the lookahead) and the candidates (the verification) in the same call, in fixed
-shapes. The pool then takes the window's new n-grams, N consecutive tokens of
-h_0 .. h_(W-1) each (the Jacobi trajectory), in a ring of fixed capacity per row. Every
-node is a point mass: the exact tree rule keeps the target's output (greedy) and its
-distribution (sampled); the guesses come from the target's argmax of earlier calls, never
-from this call's randomness.
+window's branches are always kept) of (W + G)(N - 1) nodes at most, so the target scores
+the lookahead and the verification in the same call, in fixed shapes. The pool keeps the
+source's n-grams (an encoder-decoder's input: what a summary copies), the committed text's
+and the W n-grams each call reads, in a ring of fixed capacity per row. Every node is a
+point mass: the exact tree rule keeps the target's output (greedy) and its distribution
+(sampled); the guesses come from the target's argmax of earlier calls, never from this
+call's randomness.
 
 The window and the pool are the proposer's state, laid out as a cache with a 'batch' axis
 (a mesh shards it by rows); a row's state starts afresh at its first call and whenever its
 root does not move forward (a refilled slot's new input), so each input's proposals depend
 on its own decode alone.
 
-Shape letters: B rows, W window, N n-gram size, G guesses verified, P pool capacity,
-M tree slots, D depth.
+Shape letters: B rows, L = N - 1 levels, W window, N n-gram size, G guesses verified,
+P pool capacity, M tree slots, D depth.
 """
 from __future__ import annotations
 
@@ -54,7 +59,7 @@ class LookaheadDraft(copy_lib.SourceReader):
   Attributes:
     vocab_size: V (the target's).
     window: W >= 1, the Jacobi window.
-    ngram: N >= 2, the n-grams' length.
+    ngram: N >= 2, the n-grams' length (the window's N - 1 levels).
     guesses: G >= 1, the n-grams verified per call.
     pool: P, the n-grams kept per row.
     source: an encoder-decoder's input seeds a row's pool (its first P n-grams).
@@ -65,7 +70,7 @@ class LookaheadDraft(copy_lib.SourceReader):
   window: int = 5
   ngram: int = 3
   guesses: int = 4
-  pool: int = 64
+  pool: int = 256
   source: bool = True
   eos_id: int = 1
   pad_id: int = 0
@@ -75,14 +80,19 @@ class LookaheadDraft(copy_lib.SourceReader):
     for name, least in (('window', 1), ('ngram', 2), ('guesses', 1)):
       if getattr(self, name) < least:
         raise ValueError(f'lookahead needs {name} >= {least}, got {getattr(self, name)}')
-    if self.pool < self.guesses:
-      raise ValueError(f'a lookahead pool of {self.pool} n-grams cannot supply '
-                       f'{self.guesses} guesses')
+    if self.pool < max(self.guesses, self.window):
+      raise ValueError(f'a lookahead pool of {self.pool} n-grams cannot take the '
+                       f'{self.window} a call reads and supply {self.guesses} guesses')
+
+  @property
+  def levels(self) -> int:
+    """L = N - 1, the window's levels."""
+    return self.ngram - 1
 
   def tree_spec(self) -> tree_lib.DynamicTree:
-    """The tree every call verifies: W + G (N - 1) nodes, max(W, N - 1) deep."""
-    nodes = self.window + self.guesses * (self.ngram - 1)
-    return tree_lib.DynamicTree(nodes, max(self.window, self.ngram - 1), nodes)
+    """The tree every call verifies: (W + G)(N - 1) nodes, W + N - 2 deep."""
+    nodes = (self.window + self.guesses) * self.levels
+    return tree_lib.DynamicTree(nodes, self.window + self.levels - 1, nodes)
 
   def _seed(self, encoded: dict, batch: int):
     """A fresh pool [B, P, N], the source's first n-grams (-1: none), and how many."""
@@ -96,16 +106,16 @@ class LookaheadDraft(copy_lib.SourceReader):
     return empty.at[:, :count].set(grams), count
 
   def init_cache(self, batch: int, length: int, dtype: Any = None) -> dict:
-    """An empty window and pool per row; root -1 (no call yet)."""
+    """An empty window [B, L, W] and pool [B, P, N] per row; root -1 (no call yet)."""
     del length, dtype
-    return {'window': jnp.zeros((batch, self.window), jnp.int32),
+    return {'window': jnp.zeros((batch, self.levels, self.window), jnp.int32),
             'pool': jnp.full((batch, self.pool, self.ngram), -1, jnp.int32),
             'next': jnp.zeros((batch,), jnp.int32),
             'root': jnp.full((batch,), -1, jnp.int32)}
 
   def cache_axes(self) -> dict:
-    return {'window': ('batch', None), 'pool': ('batch', None, None), 'next': ('batch',),
-            'root': ('batch',)}
+    return {'window': ('batch', None, None), 'pool': ('batch', None, None),
+            'next': ('batch',), 'root': ('batch',)}
 
   def prefill(self, params, encoded, state, prompt: jax.Array) -> dict:
     del params, encoded, prompt
@@ -113,13 +123,14 @@ class LookaheadDraft(copy_lib.SourceReader):
 
   def _fresh(self, state: dict, encoded: dict, seq: jax.Array, pos: jax.Array,
              depth: int) -> dict:
-    """The state, started afresh in rows whose root did not move forward (the window
-    guesses that the last W tokens repeat; the pool seeded by the source), then with the
-    n-grams of the tokens committed since the last call."""
+    """The state, started afresh in rows whose root did not move forward (level l guesses
+    that the last W tokens repeat, l positions on; the pool seeded by the source), then
+    with the n-grams of the tokens committed since the last call."""
     fresh = (pos <= state['root']) | (state['root'] < 0)  # [B]: a new input
-    back = jnp.clip(pos[:, None] - self.window + 1 + jnp.arange(self.window)[None], 0,
-                    seq.shape[1] - 1)
-    guess = jnp.take_along_axis(seq, back, axis=1)  # [B, W]
+    back = (pos[:, None, None] - self.window + 1 + jnp.arange(self.window)[None, None]
+            + jnp.arange(self.levels)[None, :, None])
+    back = jnp.clip(back, 0, pos[:, None, None])  # [B, L, W]
+    guess = jnp.take_along_axis(seq[:, None], back, axis=2)  # [B, L, W]
     pick = lambda new, old: jnp.where(fresh.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)
     seed, seeded = self._seed(encoded, pos.shape[0])
     pool = pick(seed, state['pool'])
@@ -131,16 +142,31 @@ class LookaheadDraft(copy_lib.SourceReader):
     ok = (ends > since[:, None]) & (starts >= 0)
     idx = jnp.clip(starts[:, :, None] + jnp.arange(self.ngram)[None, None], 0, seq.shape[1] - 1)
     grams = jnp.take_along_axis(seq[:, None], idx, axis=2)  # [B, D+1, N]
-    slots = (nxt[:, None] + jnp.cumsum(ok, axis=1) - 1) % self.pool
-    slots = jnp.where(ok, slots, self.pool)  # dropped
-    pool = jax.vmap(lambda p, s, g: p.at[s].set(g, mode='drop'))(pool, slots, grams)
-    nxt = (nxt + jnp.sum(ok, axis=1)) % self.pool
+    pool, nxt = self._push(pool, nxt, grams, ok)
     return {'window': pick(guess, state['window']), 'pool': pool, 'next': nxt,
             'root': state['root']}
 
+  def _push(self, pool: jax.Array, nxt: jax.Array, grams: jax.Array, ok: jax.Array):
+    """(pool, next) with the n-grams grams [B, K, N] where ok [B, K] in the ring's next
+    slots."""
+    slots = (nxt[:, None] + jnp.cumsum(ok, axis=1) - 1) % self.pool
+    slots = jnp.where(ok, slots, self.pool)  # dropped
+    pool = jax.vmap(lambda p, s, g: p.at[s].set(g, mode='drop'))(pool, slots, grams)
+    return pool, (nxt + jnp.sum(ok, axis=1)) % self.pool
+
+  def _branches(self, window: jax.Array, depth: int) -> jax.Array:
+    """[B, W, D]: branch d is the trunk's first d + 1 tokens, then the d-th token of each
+    level 1 .. L - 1 (window [B, L, W]); the rest of its depth repeats its last."""
+    j = jnp.arange(depth)[None, :]  # [1, D]
+    d = jnp.arange(self.window)[:, None]  # [W, 1]
+    level = jnp.where(j <= d, 0, jnp.clip(j - d, 0, self.levels - 1))  # [W, D]
+    column = jnp.where(j <= d, j, d)
+    return window[:, level, column]
+
   def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
               cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
-    """The trie of the window and of the pool's n-grams after the root (module doc).
+    """The trie of the window's branches and of the pool's n-grams after the root (module
+    doc).
 
     Raises:
       ValueError: a chain, or a tree other than `tree_spec()`.
@@ -153,7 +179,7 @@ class LookaheadDraft(copy_lib.SourceReader):
                        f'{spec.nodes} nodes, {spec.depth} deep: pass --draft '
                        f'lookahead:W,N,G alone (no --gamma, --tree or --tree-nodes)')
     seq, pos = seq.astype(jnp.int32), pos.astype(jnp.int32)
-    batch, depth = pos.shape[0], spec.depth
+    batch, depth, w = pos.shape[0], spec.depth, self.window
     state = self._fresh(state, encoded, seq, pos, depth)
     root = gather_rows(seq, pos)  # [B]
     pool = state['pool']  # [B, P, N]
@@ -162,40 +188,35 @@ class LookaheadDraft(copy_lib.SourceReader):
     rank = jnp.where(match, self.pool - age, 0)  # the newest first
     best, where = jax.lax.top_k(rank, self.guesses)  # [B, G]
     grams = jnp.take_along_axis(pool, where[:, :, None], axis=1)[:, :, 1:]  # [B, G, N-1]
-    pad = lambda a, width: jnp.pad(a, ((0, 0), (0, 0), (0, depth - width)))
-    cont = jnp.concatenate([pad(state['window'][:, None], self.window),
-                            pad(grams, self.ngram - 1)], axis=1)  # [B, 1+G, D]
-    ok_window = jnp.broadcast_to(jnp.arange(depth) < self.window, (batch, 1, depth))
-    ok_grams = ((best > 0)[:, :, None] & (jnp.arange(depth) < self.ngram - 1)[None, None]
-                & (pad(grams, self.ngram - 1) >= 0))
+    grams = jnp.pad(grams, ((0, 0), (0, 0), (0, depth - self.levels)))
+    cont = jnp.concatenate([self._branches(state['window'], depth), grams], axis=1)
+    ok_window = jnp.broadcast_to(jnp.arange(depth)[None] <= jnp.arange(w)[:, None]
+                                 + self.levels - 1, (batch, w, depth))
+    ok_grams = ((best > 0)[:, :, None] & (jnp.arange(depth) < self.levels)[None, None]
+                & (grams >= 0))
     valid = jnp.concatenate([ok_window, ok_grams], axis=1)
     valid = jnp.cumsum(~valid, axis=-1) == 0
-    weight = jnp.concatenate([jnp.full((batch, 1), WINDOW_WEIGHT),
+    weight = jnp.concatenate([jnp.full((batch, w), WINDOW_WEIGHT),
                               jnp.ones((batch, self.guesses))], axis=1)
     proposal, node_of = trie.tree_and_nodes(jnp.maximum(cont, 0), valid, weight, spec.nodes,
                                             self.eos_id, self.vocab_size,
                                             cfg.sampling.greedy, state)
-    window_nodes = node_of[:, 0, :self.window]  # [B, W]: the node of g_1 .. g_W
-    return proposal._replace(state={**state, 'nodes': window_nodes})
+    tips = node_of[:, jnp.arange(w), jnp.arange(w) + self.levels - 1]  # [B, W]
+    return proposal._replace(state={**state, 'nodes': tips})
 
   def accepted(self, state, proposal, path, n, pos, target_tokens=None) -> dict:
     """The next window (the Jacobi step, moved past the n + 1 committed tokens) and the
-    pool with the step's n-grams."""
+    pool with the n-grams read down the branches."""
     del proposal, path
     if target_tokens is None:
       raise ValueError('lookahead learns from the target\'s verdict on every node: the loop '
                        'passes it (wants_scores)')
-    w, size = self.window, self.ngram
-    nodes = state['nodes']  # [B, W]
-    after = jnp.concatenate([jnp.zeros_like(nodes[:, :1]), nodes[:, :w - 1] + 1], axis=1)
-    step = jnp.take_along_axis(target_tokens, after, axis=1)  # [B, W]: h_0 .. h_(W-1)
-    shift = jnp.clip(n + 1, 0, w)[:, None] + jnp.arange(w)[None]  # [B, W]
-    window = jnp.take_along_axis(step, jnp.minimum(shift, w - 1), axis=1)
-    count = max(w - size + 1, 0)
-    pool, nxt = state['pool'], state['next']
-    if count:
-      grams = jnp.stack([step[:, i:i + size] for i in range(count)], axis=1)  # [B, c, N]
-      slots = (nxt[:, None] + jnp.arange(count)[None]) % self.pool  # [B, c]
-      pool = jax.vmap(lambda p, s, g: p.at[s].set(g))(pool, slots, grams)
-      nxt = (nxt + count) % self.pool
-    return {'window': window, 'pool': pool, 'next': nxt, 'root': pos.astype(jnp.int32)}
+    w, window = self.window, state['window']  # [B, L, W]
+    top = jnp.take_along_axis(target_tokens, state['nodes'] + 1, axis=1)  # [B, W]: the tips'
+    grams = jnp.concatenate([jnp.swapaxes(window, 1, 2), top[:, :, None]], axis=2)  # [B,W,N]
+    pool, nxt = self._push(state['pool'], state['next'], grams,
+                           jnp.ones(grams.shape[:2], bool))
+    levels = jnp.concatenate([window[:, 1:], top[:, None]], axis=1)  # [B, L, W]
+    shift = jnp.minimum(jnp.clip(n, 0, w - 1)[:, None] + jnp.arange(w)[None], w - 1)
+    levels = jnp.take_along_axis(levels, jnp.broadcast_to(shift[:, None], levels.shape), 2)
+    return {'window': levels, 'pool': pool, 'next': nxt, 'root': pos.astype(jnp.int32)}

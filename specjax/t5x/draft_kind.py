@@ -14,7 +14,7 @@ DRAFT_KIND), as `--draft` names them on the command line:
 - 'suffix': continuations of the row's own earlier text, its output and its input
   (`specjax.proposers.suffix`);
 - 'lookahead' or 'lookahead:W,N,G': lookahead decoding, the target's own Jacobi window of
-  W guesses and G n-grams of N tokens from its pool (`specjax.proposers.lookahead`;
+  W guesses in N - 1 levels and G n-grams of N tokens from its pool (`specjax.proposers.lookahead`;
   'lookahead' is 5,3,4), verified as one tree of its own shape;
 - 'rest:DIR': continuations retrieved from the datastore that `python -m specjax.datastore
   build` wrote to DIR (`specjax.proposers.rest`); 'rest:DIR+suffix': one trie of both's
