@@ -1,7 +1,8 @@
 """Two processes on this machine (`jax.distributed` on localhost, one CPU device each)
 decode one input file into one output on a mesh across both: process 0 alone writes the
 records and the summary, and the file is byte for byte a single-process run's on a mesh
-of two devices. Run in its own pytest process (scripts/run_tests.sh)."""
+of two devices. Run beside the 8-device tests (scripts/run_tests.sh): its decodes set
+their own device count."""
 import json
 import os
 import pathlib
