@@ -386,7 +386,7 @@ LOOKAHEAD_FORM = (r"pass 'lookahead' or 'lookahead:W,N,G' \(window, n-gram size,
     (dict(draft_kind='rest:own+suffix', tree='2,2,1'), 'not a fixed branching'),
     (dict(draft_kind='lookahead', tree='2,2'),
      r"DRAFT_KIND 'lookahead:5,3,4' verifies its window and n-grams as one tree of its own "
-     r'\(13 nodes, 5 deep\): leave speculative.from_model.tree unbound'),
+     r'\(18 nodes, 6 deep\): leave speculative.from_model.tree unbound'),
     (dict(draft_kind='lookahead', tree=DynamicTree(4, 3, 2)), 'one tree of its own'),
     (dict(draft_kind='lookahead:2,2,2', verification='block'),
      r"tree rule; leave verification and draft_threshold unbound, as DRAFT_KIND "
