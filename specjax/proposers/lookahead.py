@@ -11,8 +11,8 @@ below the row's last token, the root, with two branches under one tree mask:
   at the tips of the branches. An n-gram is read down each branch, the trunk's d-th token,
   the levels' d-th tokens and the argmax at its tip: each token after the first is what
   the target predicted after the tokens before it, so the pool learns the target's own
-  continuations (where the trunk alone gave strings of guesses each made in another
-  context). All levels move past the tokens the call committed;
+  continuations (consecutive guesses of one level were each made after other tokens). All
+  levels move past the tokens the call committed;
 - the verification branch: up to G n-grams of the pool that begin with the root's token,
   their N - 1 tokens after it, the newest first.
 
