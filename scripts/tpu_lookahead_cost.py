@@ -57,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report_sections  # pylint: disable=wrong-import-position
 import tpu_retrieval_cost as retrieval  # pylint: disable=wrong-import-position
 
+from specjax.proposers.lookahead import LookaheadDraft  # pylint: disable=wrong-import-position
 from specjax.speed import cli  # pylint: disable=wrong-import-position
 
 SECTION = '## Lookahead decoding and the vertical cascade'
@@ -81,8 +82,9 @@ def parse_lookahead(text: str) -> tuple:
 
 
 def lookahead_nodes(w: int, n: int, g: int) -> int:
-  """The nodes of lookahead's tree: the window's W branches and G n-grams, N - 1 each."""
-  return (w + g) * (n - 1)
+  """The nodes of lookahead's tree (its `tree_spec`): the window's W branches and G
+  n-grams, N - 1 each."""
+  return LookaheadDraft(1, w, n, g).tree_spec().nodes
 
 
 def parse_cascade(proposer: str):
