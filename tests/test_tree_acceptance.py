@@ -40,6 +40,24 @@ def test_ancestors_of_a_small_tree():
     assert np.flatnonzero(anc[slot]).tolist() == row
 
 
+@pytest.mark.parametrize('nodes', [1, 2, 7, 8, 9, 64])
+def test_ancestors_of_chains_and_random_trees_per_row(nodes):
+  """Deep trees (a chain of N, the deepest) and random ones, one per row: each slot's
+  ancestors found by walking its parents up to the root."""
+  rng = np.random.default_rng(nodes)
+  parents = np.stack([np.arange(-1, nodes - 1)] +  # a chain: node i's parent is i - 1
+                     [[rng.integers(-1, i) for i in range(nodes)] for _ in range(5)])
+  anc = np.asarray(tree.ancestors(parents))  # [6, N + 1, N + 1]
+  assert anc.shape == (6, nodes + 1, nodes + 1)
+  for row, tree_parents in zip(anc, parents):
+    for slot in range(nodes + 1):
+      walk, up = {0, slot}, slot
+      while up > 0:
+        up = tree_parents[up - 1] + 1
+        walk.add(up)
+      assert np.flatnonzero(row[slot]).tolist() == sorted(walk)
+
+
 def test_greedy_takes_the_deepest_matching_path():
   parents = np.array([-1, -1, 0, 0, 1, 1])  # tree (2, 2): slots 1..6
   depth = np.array([1, 1, 2, 2, 2, 2])
