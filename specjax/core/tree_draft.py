@@ -33,13 +33,15 @@ from specjax.core.steps import Bound, first_call, nonfinite
 from specjax.models.base import Tree
 
 
-def tree_call(base: jax.Array, slot_depth: jax.Array, visible: jax.Array, offset: int,
+def tree_call(base: jax.Array, slot_depth: jax.Array, visible: jax.Array, offset,
               count: int) -> Tree:
   """The `Tree` of a call that feeds tree slots offset .. offset + count - 1.
 
   Args:
     base: [B] the root's slot; slot_depth: [B, M] or [M]; visible: [B, M, M] or [M, M],
       ancestor-or-self of each tree slot.
+    offset: the call's first tree slot, an int or a traced int32 scalar (a loop's).
+    count: K, the call's tokens (static).
   """
   batch = base.shape[0]
   slot_depth = jnp.broadcast_to(jnp.asarray(slot_depth, jnp.int32),
@@ -47,7 +49,7 @@ def tree_call(base: jax.Array, slot_depth: jax.Array, visible: jax.Array, offset
   visible = jnp.asarray(visible)
   visible = jnp.broadcast_to(visible, (batch,) + visible.shape[-2:])
   return Tree(base=base, offset=jnp.full((batch,), offset, jnp.int32), depth=slot_depth,
-              visible=jax.lax.slice_in_dim(visible, offset, offset + count, axis=1))
+              visible=jax.lax.dynamic_slice_in_dim(visible, offset, count, axis=1))
 
 
 def _children(logits: jax.Array, branching: int, keys: Optional[jax.Array], params,
@@ -185,7 +187,6 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, para
   token, score, q_root = _expand(logits[:, None], top, None if keys is None else keys[0],
                                  params, grow_cfg)
   token, score = token[:, 0], score[:, 0]  # [B, top]
-  q_nodes = [q_root] if sampled else []  # [B, 1, V] per expansion: the drawn child's q
   # The candidates, depth-major: `top` at depth 1, then top * top per depth (frontier node
   # by frontier node, each's children by rank); every slot is written once below.
   tokens = jnp.zeros((batch, pool), jnp.int32).at[:, :top].set(token)
@@ -194,19 +195,27 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, para
   fed = jnp.full((batch, pool), -1, jnp.int32)  # the draft scratch node of a candidate
   draft_nodes = max((depth_count - 1) * top, 1)
   slot_depth = tree.slot_depths(np.repeat(np.arange(1, depth_count, dtype=np.int32), top))
-  eye = np.eye(draft_nodes + 1, dtype=bool)
+  eye = jnp.asarray(np.eye(draft_nodes + 1, dtype=bool))
   visible = jnp.broadcast_to(eye, (batch,) + eye.shape)  # [B, Md, Md], grown per depth
   frontier = jnp.broadcast_to(jnp.arange(top, dtype=jnp.int32), (batch, top))  # pool index
-  f_tokens, f_scores = token, score
-  for d in range(1, depth_count):
-    # the frontier (depth d) becomes draft scratch nodes first .. first + top - 1
+  vocab = logits.shape[-1]
+  # [B, 1 + (D - 1) * top, V]: the drawn children's q, the root's expansion first
+  q_nodes = (jnp.zeros((batch, 1 + (depth_count - 1) * top, vocab), jnp.float32)
+             .at[:, :1].set(q_root) if sampled else None)
+
+  def grow(d, carry):
+    """Depth d: the frontier (its `top` nodes) becomes draft scratch nodes first ..
+    first + top - 1, one draft call scores them, and their children join the pool. One
+    body for every depth, so the program holds the draft's call once."""
+    cache, visible, fed, tokens, scores, parents, frontier, f_tokens, f_scores, bad, q_nodes = (
+        carry)
     first, start = (d - 1) * top, top + (d - 1) * top * top
     f_parent = jnp.take_along_axis(parents, frontier, 1)  # [B, top], pool index or -1
     parent_slot = jnp.where(f_parent < 0, 0, jnp.take_along_axis(
         fed, jnp.maximum(f_parent, 0), 1) + 1)  # [B, top]
     rows = jnp.take_along_axis(visible, parent_slot[:, :, None], axis=1)  # [B, top, Md]
-    new = slice(first + 1, first + 1 + top)  # their draft slots
-    visible = visible.at[:, new].set(rows | eye[new])
+    own = jax.lax.dynamic_slice_in_dim(eye, first + 1, top)  # [top, Md]: their draft slots
+    visible = jax.lax.dynamic_update_slice_in_dim(visible, rows | own, first + 1, axis=1)
     fed = jax.vmap(lambda f, idx: f.at[idx].set(first + jnp.arange(top, dtype=jnp.int32)))(
         fed, frontier)
     call = tree_call(pos, slot_depth, visible, first + 1, top)
@@ -215,15 +224,22 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, para
     child_token, child_score, q = _expand(logits, top, None if keys is None else keys[d],
                                           params, grow_cfg)  # [B, top, top]
     if sampled:
-      q_nodes.append(q)
+      q_nodes = jax.lax.dynamic_update_slice_in_dim(q_nodes, q, first + 1, axis=1)
     child_score = (child_score + f_scores[:, :, None]).reshape(batch, top * top)
     child_token = child_token.reshape(batch, top * top)
-    tokens = tokens.at[:, start:start + top * top].set(child_token)
-    scores = scores.at[:, start:start + top * top].set(child_score)
-    parents = parents.at[:, start:start + top * top].set(jnp.repeat(frontier, top, axis=1))
+    put = lambda a, new: jax.lax.dynamic_update_slice_in_dim(a, new.astype(a.dtype), start,
+                                                             axis=1)
+    tokens, scores = put(tokens, child_token), put(scores, child_score)
+    parents = put(parents, jnp.repeat(frontier, top, axis=1))
     f_scores, best = jax.lax.top_k(child_score, top)
     frontier = start + best.astype(jnp.int32)
     f_tokens = jnp.take_along_axis(child_token, best, 1)
+    return (cache, visible, fed, tokens, scores, parents, frontier, f_tokens, f_scores, bad,
+            q_nodes)
+
+  (cache, _, fed, tokens, scores, parents, _, _, _, bad, q_nodes) = jax.lax.fori_loop(
+      1, depth_count, grow,
+      (cache, visible, fed, tokens, scores, parents, frontier, token, score, bad, q_nodes))
   pool_depth = jnp.asarray(spec.pool_depths())
   # The N likeliest, shallower first on ties (the pool is depth-major: a stable sort keeps
   # every parent ahead of its children), then back in pool order: breadth-first.
@@ -236,7 +252,7 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, para
   new_tokens = jnp.take_along_axis(tokens, chosen, 1)
   q = None
   if not cfg.sampling.greedy:
-    q = jax.nn.one_hot(new_tokens, logits.shape[-1], dtype=jnp.float32)  # [B, N, V]
+    q = jax.nn.one_hot(new_tokens, vocab, dtype=jnp.float32)  # [B, N, V]
   if sampled:  # a drawn first child's q: the warped distribution it was drawn from
     drawn = np.full((pool,), -1, np.int32)  # pool index -> its expansion's q (or -1)
     drawn[0] = 0
@@ -244,8 +260,7 @@ def grow_dynamic(draft: Bound, cache, seq: jax.Array, pos: jax.Array, keys, para
       start = top + (d - 1) * top * top
       drawn[start:start + top * top:top] = 1 + (d - 1) * top + np.arange(top)
     which = jnp.asarray(drawn)[chosen]  # [B, N]
-    q_all = jnp.concatenate(q_nodes, axis=1)  # [B, 1 + (D - 1) * top, V]
-    q_drawn = jnp.take_along_axis(q_all, jnp.maximum(which, 0)[:, :, None], axis=1)
+    q_drawn = jnp.take_along_axis(q_nodes, jnp.maximum(which, 0)[:, :, None], axis=1)
     q = jnp.where((which >= 0)[:, :, None], q_drawn, q)
   return Proposal(tokens=new_tokens, parents=new_parents, depth=pool_depth[chosen],
                   visible=tree.ancestors(new_parents), q=q, state=cache, nonfinite=bad,
