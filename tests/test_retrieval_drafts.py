@@ -159,6 +159,8 @@ def _markov_rest():
   return _store(documents, 3, _Target(encoder=False, vocab_size=6))
 
 
+# 20,000 rows retrieving in each call: programs that run long enough to want the optimiser
+@pytest.mark.compute
 @pytest.mark.parametrize('config', [T1, T07], ids=['t1', 't0.7-top3-top0.9'])
 @pytest.mark.parametrize('kind', ['rest', 'suffix', 'rest+suffix'])
 def test_sampled_retrieval_trees_follow_the_target_on_the_first_three_tokens(config, kind):
@@ -170,6 +172,7 @@ def test_sampled_retrieval_trees_follow_the_target_on_the_first_three_tokens(con
   assert int(out.stats.accepted.sum()) > 0.1 * N
 
 
+@pytest.mark.compute
 def test_a_rest_tree_under_a_rule_that_keeps_the_residual_is_rejected(monkeypatch,
                                                                       fresh_programs):
   """The negative control: the same test on a REST tree fails the broken rule."""
