@@ -160,22 +160,15 @@ class DynamicTree:
 def ancestors(parents: jax.Array) -> jax.Array:
   """Ancestor-or-self of the tree slots: [..., N] parents -> [..., M, M] bool, where
   [m, a] says slot a is slot m itself or one of its ancestors (slot 0, the root, is an
-  ancestor of every slot). Works for per-row parents [B, N] as for one tree [N].
-
-  By pointer jumping: each slot starts with itself and its parent, and each round adds
-  the ancestors of its farthest known one and doubles the distance it reaches, so
-  ceil(log2 M) rounds cover the deepest tree (a chain of N); the program holds that many
-  gathers, not one update per node.
-  """
+  ancestor of every slot). Works for per-row parents [B, N] as for one tree [N]."""
   parents = jnp.asarray(parents, jnp.int32)
-  slots = parents.shape[-1] + 1
-  up = jnp.concatenate([jnp.zeros(parents.shape[:-1] + (1,), jnp.int32), parents + 1],
-                       axis=-1)  # [..., M]: each slot's parent slot (the root's is itself)
-  anc = (jnp.arange(slots)[:, None] == jnp.arange(slots)) | jax.nn.one_hot(
-      up, slots, dtype=bool)  # [..., M, M]: self and parent
-  for _ in range(max(slots - 1, 1).bit_length()):
-    anc = anc | jnp.take_along_axis(anc, up[..., None], axis=-2)
-    up = jnp.take_along_axis(up, up, axis=-1)
+  num = parents.shape[-1]
+  slots = num + 1
+  eye = jnp.eye(slots, dtype=bool)
+  anc = jnp.broadcast_to(eye, parents.shape[:-1] + (slots, slots))
+  for i in range(num):  # breadth-first order: a parent's row is complete before its children
+    parent_row = jnp.take_along_axis(anc, (parents[..., i:i + 1] + 1)[..., None], axis=-2)
+    anc = anc.at[..., i + 1, :].set(parent_row[..., 0, :] | eye[i + 1])
   return anc
 
 
