@@ -1,11 +1,12 @@
 """How many calls of the draft model one proposal makes, counted in a real decode.
 
 A draft model's chain of G makes G calls of one token each. A vertical cascade
-(`specjax.proposers.cascade.VerticalCascade`) makes one call before its loop and one per
-iteration, each of k + 1 tokens; its loop runs until every active row holds G drafts, so
-its iterations depend on how many of the cheap drafts the draft model keeps, and on the
-slowest row of the batch. On memory-bound hardware a call costs about the same whatever
-its k + 1 tokens, so calls per proposal is the cascade's hardware-free draft cost.
+(`specjax.proposers.cascade.VerticalCascade`) makes one call of k + 2 tokens (the token
+before the chain's last, the last, k cheap drafts), then one of k + 1 per iteration of its
+loop, which runs until every active row holds G drafts: its calls depend on how many of
+the cheap drafts the draft model keeps, and on the slowest row of the batch. On
+memory-bound hardware a call costs about the same whatever its few tokens, so calls per
+proposal is the cascade's hardware-free draft cost.
 
 `Counted` wraps the draft model: its cache carries a counter [B] that every call of
 `decode` adds one to (all rows alike). A decode run with it (`counted_decode`) gives the

@@ -192,8 +192,9 @@ def calls_table(rows: list) -> list:
   batches = sorted({b for r in counted for b in r['draft_calls']}, key=lambda b: int(b[2:]))
   lines = ['', 'Calls of the draft model per proposal, counted in the decodes of the same '
            'lines at each batch (`scripts/draft_calls.py`; refilled; sampled: both seeds): '
-           'a draft model\'s chain of G makes G; a vertical cascade one before its loop and '
-           'one of k + 1 = 4 tokens per iteration, and its loop runs until the batch\'s '
+           'a draft model\'s chain of G makes G; a vertical cascade one of k + 2 = 5 tokens '
+           '(the token before the chain\'s last, the last, 3 cheap drafts), then one of '
+           'k + 1 = 4 per iteration of its loop, and its loop runs until the batch\'s '
            'slowest row holds G drafts. On memory-bound hardware a call costs about the '
            'same whatever its few tokens (docs/tpu_speed.md prices them).', '',
            '| task | T | draft | chain | ' + ' | '.join(f'calls at {b}' for b in batches)

@@ -24,20 +24,21 @@ chain of G (G of its steps, `tpu_retrieval_cost.chain_of`). Besides them:
   trie; greedy, and sampled with its one-hot q);
 - cascade:DRAFT/CHEAP/k (`specjax.proposers.cascade.VerticalCascade`): the draft's chain of
   G drafted k tokens at a time by CHEAP (bigram, suffix) and verified by the draft (costed
-  as t5_small, as the draft model's chain is). Its loop (`lax.while_loop`) runs until the
-  chain holds G tokens, each iteration one proposal of CHEAP and one draft call of k + 1
-  tokens keeping 1 to k + 1 of them: it is compiled with exactly 1 and 2 iterations at
-  the longest chain (n iterations cost the first plus n - 1 times the difference), and a
-  chain of G is costed at its fewest n = ceil(G / (k + 1)) (every cheap draft kept) and
-  its most n = G (none kept).
+  as t5_small, as the draft model's chain is). Each of its n draft calls follows one
+  proposal of CHEAP and scores k + 1 tokens, keeping 1 to k + 1 of them (the first also
+  feeds the token before); its loop (`lax.while_loop`) makes all but the first, until the
+  chain holds G tokens. It is compiled with exactly 1, 2 and 3 calls at the longest chain
+  (n calls cost the first plus n - 1 times what the second adds; the third checks that
+  the calls after the first are alike), and a chain of G is costed at its fewest
+  n = ceil(G / (k + 1)) (every cheap draft kept) and its most n = G (none kept).
 
 The prediction: tokens per call / (c + v), c the proposal and v the target's verify, both
 in target steps, for each row of --measured-json (written by scripts/retrieval_drafts.py)
 on --tasks whose proposer is 'model' (a chain: c the t5_small chain of G), 'lookahead:W,N,G'
 (its own tree) or a vertical 'cascade:DRAFT/CHEAP[/k]' (a chain). A cascade's tokens per
 target call are measured, and so are its draft calls per chain where the row counts them
-at the batch (its 'draft_calls', `scripts/draft_calls.py`: the loop's iterations are those
-calls but the one before the loop); elsewhere they are estimated as G over CHEAP's own
+at the batch (its 'draft_calls', `scripts/draft_calls.py`: one per iteration of the
+loop); elsewhere they are estimated as G over CHEAP's own
 measured tokens per target call (its row of the same task and temperature at the shortest
 chain of at least k), within [fewest, most]. Its c is interpolated (linear in n) between
 the two compiled counts; the predictions at the fewest and most calls bound it.
@@ -69,6 +70,7 @@ LOOKAHEADS = '5,3,4;4,4,4'
 INNERS = ('bigram', 'suffix')
 CHAINS = '2,4,6'
 INNER_GAMMA = 3  # k of `cascade:NAME/CHEAP` without /K (`VerticalCascade.inner_gamma`)
+CASCADE_CALLS = (1, 2, 3)  # a cascade's chain compiled with these many draft calls
 BIGRAM_TOP_K = 8  # the bundled bigram tables' next tokens per token
 
 
@@ -114,6 +116,23 @@ def cascade_name(inner: str, k: int, gamma: int, calls: int) -> str:
   return f'cascade {inner}/{k} chain {gamma}, {calls} calls'
 
 
+def linearity_note(data: dict) -> str:
+  """How much the third call of each compiled cascade adds, as a share of the second's
+  addition: '' where no cascade was compiled with three calls."""
+  shares = []
+  for batch in (k for k in data if k.startswith('B=')):
+    for name, one in data[batch].items():
+      if not name.startswith('cascade ') or ', 1 calls' not in name:
+        continue
+      two, three = (data[batch].get(name.replace(', 1 calls', f', {n} calls')) for n in (2, 3))
+      if two and three and two['seconds'] > one['seconds']:
+        shares.append((three['seconds'] - two['seconds']) / (two['seconds'] - one['seconds']))
+  if not shares:
+    return ''
+  return (f'; the third adds {min(shares):.2f}-{max(shares):.2f} times what the second '
+          'adds, greedy and sampled, at each batch')
+
+
 def lookahead_name(spec: tuple) -> str:
   return 'lookahead:' + ','.join(str(x) for x in spec)
 
@@ -124,8 +143,9 @@ def lookahead_verify_name(target: str, nodes: int) -> str:
 
 @contextlib.contextmanager
 def cascade_iterations(count: int):
-  """The vertical cascade's `lax.while_loop` traced as exactly `count` iterations (its
-  body called `count` times, every call counted); other loops are left as they are."""
+  """The vertical cascade's chain traced with exactly `count` draft calls: its first, before
+  its `lax.while_loop`, and the loop's body called `count` - 1 times (every call counted);
+  other loops are left as they are."""
   import jax  # pylint: disable=import-outside-toplevel
   original = jax.lax.while_loop
 
@@ -133,7 +153,7 @@ def cascade_iterations(count: int):
     if 'VerticalCascade' not in getattr(body, '__qualname__', ''):
       return original(cond, body, init)
     carry = init
-    for _ in range(count):
+    for _ in range(count - 1):
       carry = body(carry)
     return carry
 
@@ -253,7 +273,7 @@ def measure(batch: int, plan: dict, args, done: dict = None, save=None) -> dict:
       params = {**a['draft_params'],
                 'draft': programs.cast_floats(a['draft_params']['draft'], 'bfloat16')}
       fn_args = proposal_args(params, a['run'], cfg)
-      for calls in (1, 2):  # linear in the calls: the loop's n iterations are alike
+      for calls in CASCADE_CALLS:  # linear in the calls (the third checks it)
         fn = lambda *x, draft=draft, cfg=cfg: propose(*x, draft=draft, cfg=cfg)
         with cascade_iterations(calls):
           keep(cascade_name(name, k, gamma, calls) + ('' if greedy else ' sampled'), fn,
@@ -327,8 +347,8 @@ def predict(result: dict, rows: list, target: str, draft: str, tasks: tuple,
           break
         item[batch] = {'c': proposal['seconds'] / step, 'v': v}
       elif casc:
-        counted = row.get('draft_calls', {}).get(batch)  # the pre-loop call included
-        n = item['calls']['estimate'] if counted is None else counted - 1
+        counted = row.get('draft_calls', {}).get(batch)  # one per iteration
+        n = item['calls']['estimate'] if counted is None else counted
         if counted is not None:
           item['calls'].setdefault('counted', {})[batch] = n
         at = [cascade_cost(costs, inner, k, width, x, suffix) for x in (low, high, n)]
@@ -519,11 +539,13 @@ def section(data: dict) -> str:
       '"sampled").', '',
       '**The vertical cascade** (`--draft cascade:DRAFT/CHEAP/k`) keeps the draft model\'s '
       'chain of G but drafts it k tokens at a time with CHEAP, which the draft model verifies '
-      'in one call of k + 1 tokens. One iteration of its loop is one CHEAP proposal and one '
-      'such call, keeping 1 to k + 1 tokens; before the loop one more draft call of one '
-      f'token (the token before the root). Its chain of G = {st["cascade_chain"]} is compiled '
-      'with exactly 1 and 2 iterations ("cascade CHEAP/k chain G, n calls" below; every '
-      'iteration is alike, so n calls cost the first plus n - 1 times the difference), the '
+      'in one call of k + 1 tokens, keeping 1 to k + 1 of them. Its first call also feeds the '
+      'token before the chain\'s last (which the draft\'s cache may lack after a fully '
+      'accepted block); each iteration of its loop after it is one CHEAP proposal and one '
+      f'such call. Its chain of G = {st["cascade_chain"]} is compiled '
+      'with exactly 1, 2 and 3 calls ("cascade CHEAP/k chain G, n calls" below; the calls '
+      'after the first are alike, so n calls cost the first plus n - 1 times what the second '
+      f'adds{linearity_note(data)}), the '
       f'draft costed as {draft}; a chain of G costs between its fewest calls, ceil(G / (k + '
       '1)) (every cheap draft kept), and its most, G (none kept). Shorter chains are costed '
       f'with the arrays of G = {st["cascade_chain"]}. Both proposals are mostly gathers '
@@ -547,7 +569,7 @@ def section(data: dict) -> str:
     for g in chains:
       lines.append(_row(batch, f'{draft} chain of {g}', retrieval.chain_of(small, g), step))
     for inner, k in st['cascades']:
-      for n in (1, 2):
+      for n in CASCADE_CALLS:
         name = cascade_name(inner, k, st['cascade_chain'], n)
         if name in costs:
           lines.append(_row(batch, name, costs[name], step))

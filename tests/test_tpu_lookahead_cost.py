@@ -52,8 +52,8 @@ def test_only_the_cascades_loop_is_traced_n_times():
     def body(c):
       return c + 1
 
-  with cost.cascade_iterations(3):
-    assert jax.lax.while_loop(lambda c: c < 100, VerticalCascade.body, 0) == 3
+  with cost.cascade_iterations(3):  # 3 calls: the first before the loop, 2 in it
+    assert jax.lax.while_loop(lambda c: c < 100, VerticalCascade.body, 0) == 2
     other = jax.jit(lambda: jax.lax.while_loop(lambda c: c < 5, lambda c: c + 1, 0))()
     assert int(other) == 5
   assert jax.lax.while_loop is original
@@ -150,12 +150,16 @@ def test_a_dry_run_on_this_cpu(tmp_path):
   assert sorted(costs) == sorted([
       't5_tiny step', 't5_tiny_draft step', 't5_tiny verify 3', 't5_tiny lookahead verify 5',
       'lookahead:3,2,2', 'lookahead:3,2,2 sampled', 'cascade bigram/3 chain 2, 1 calls',
-      'cascade bigram/3 chain 2, 2 calls', 'cascade bigram/3 chain 2, 1 calls sampled',
-      'cascade bigram/3 chain 2, 2 calls sampled'])
-  one, two = (costs[f'cascade bigram/3 chain 2, {n} calls'] for n in (1, 2))
+      'cascade bigram/3 chain 2, 2 calls', 'cascade bigram/3 chain 2, 3 calls',
+      'cascade bigram/3 chain 2, 1 calls sampled', 'cascade bigram/3 chain 2, 2 calls sampled',
+      'cascade bigram/3 chain 2, 3 calls sampled'])
+  one, two, three = (costs[f'cascade bigram/3 chain 2, {n} calls'] for n in (1, 2, 3))
   small = costs['t5_tiny_draft step']
-  # A second call of k + 1 = 4 tokens costs at least one draft step more.
+  # A second call of k + 1 = 4 tokens costs at least one draft step more; the first also
+  # feeds the token before, the third adds what the second does.
   assert two['flops'] - one['flops'] > small['flops'] * 0.9
+  assert one['flops'] > two['flops'] - one['flops']
+  assert three['flops'] - two['flops'] == pytest.approx(two['flops'] - one['flops'], rel=0.05)
   assert costs['t5_tiny lookahead verify 5']['flops'] > costs['t5_tiny verify 3']['flops']
   assert costs['lookahead:3,2,2 sampled']['bytes'] > costs['lookahead:3,2,2']['bytes']
   assert [(r['proposer'], r['temperature']) for r in data['predicted']] == [
@@ -222,8 +226,22 @@ def test_a_cascades_counted_calls_price_it_where_counted():
   costs = _costs()
   out = cost.predict({'B=1': costs, 'B=2': costs}, rows, 't5_xxl', 't5_small', ('ende',), 4)
   (casc,) = out
-  # B=1: 4 calls counted, the one before the loop and 3 iterations: 0.2 + 2 x 0.1.
-  assert casc['calls']['counted'] == {'B=1': 3.0}
-  assert casc['B=1']['c'] == pytest.approx(0.04)
+  # B=1: 4 calls counted, one per iteration: 0.2 + 3 x 0.1.
+  assert casc['calls']['counted'] == {'B=1': 4.0}
+  assert casc['B=1']['c'] == pytest.approx(0.05)
   # B=2 counted none: the estimate, 4 / 2.0 = 2 iterations, 0.3.
   assert casc['calls']['estimate'] == 2.0 and casc['B=2']['c'] == pytest.approx(0.03)
+
+
+def test_the_third_cascade_calls_share_of_the_seconds_is_reported():
+  def chain(*seconds):
+    return {f'cascade bigram/3 chain 6, {n} calls': {'seconds': s}
+            for n, s in enumerate(seconds, 1)}
+
+  data = {'settings': {}, 'B=1': chain(1.0, 1.5, 2.0), 'B=8': chain(1.0, 2.0, 3.2)}
+  assert cost.linearity_note(data) == ('; the third adds 1.00-1.20 times what the second '
+                                       'adds, greedy and sampled, at each batch')
+  # A loop whose second iteration was cheaper than its third (as the cascade's was, when a
+  # call of its own caught the draft up) shows.
+  assert '1.00-1.90' in cost.linearity_note({'B=8': chain(1.0, 1.5, 2.45), 'B=1': chain(1, 2, 3)})
+  assert cost.linearity_note({'B=1': chain(1.0, 1.5)}) == ''  # no third: nothing said

@@ -9,7 +9,9 @@
   the draft in the target's place), and the distribution reported for it is the draft's
   own, so the target's rule stays exact; greedy, the chain is the draft's own argmax chain,
   token for token. What changes is the draft's cost: about G / (tokens per draft call)
-  calls of k + 1 tokens in place of G calls of one.
+  calls of k + 1 tokens in place of G calls of one. The first call also feeds the token
+  before the chain's last, as a chain's first call does, so that the draft's cache catches
+  up after a fully accepted block without a call of its own.
 - Horizontal (`HorizontalCascade`): proposers by depth: the first K drafts from one
   proposer (the better one: the draft model), the rest from another that reads the
   sequence (the cheaper one), which continues after the first's drafts.
@@ -37,6 +39,11 @@ def _write(rows: jax.Array, block: jax.Array, start: jax.Array) -> jax.Array:
   def one(row, new, at):
     return jax.lax.dynamic_update_slice_in_dim(row, new.astype(row.dtype), at, 0)
   return jax.vmap(one)(rows, block, start)
+
+
+def _window(rows: jax.Array, start: jax.Array, size: int) -> jax.Array:
+  """[B, size, ...]: columns start .. start + size - 1 [B] of rows [B, X, ...]."""
+  return jax.vmap(lambda row, at: jax.lax.dynamic_slice_in_dim(row, at, size, 0))(rows, start)
 
 
 def _reads_sequence(proposer) -> None:
@@ -140,9 +147,6 @@ class VerticalCascade:
     inner_cfg = dataclasses.replace(cfg, gamma=k, tree=None)
     pos = pos.astype(jnp.int32)
     ids = jnp.pad(seq.astype(jnp.int32), ((0, 0), (0, gamma + k + 2)))
-    # The token before the root, which the draft's cache may lack (a chain's last draft).
-    before = jnp.maximum(pos - 1, 0)
-    _, cache = draft.decode(state, gather_rows(ids, before)[:, None], before)
     width = gamma + k + 1
     x = jnp.zeros((batch, width), jnp.int32)
     q = None if greedy else jnp.zeros((batch, width, self.vocab_size), jnp.float32)
@@ -151,14 +155,23 @@ class VerticalCascade:
       i, _, _, _, _, made, _ = c
       return (i < gamma) & jnp.any(active & (made < gamma))
 
-    def body(c):
+    def body(c, catch_up=False):
       i, cache, ids, x, q, made, bad = c
       at = pos + jnp.minimum(made, gamma)  # [B], the chain's last token
       step_keys = _keys(keys, i, k + 1)
       guess = inner.propose({}, ids, at, None if greedy else step_keys[:k], sampling,
                             inner_cfg, active & (made < gamma))
-      fed = jnp.concatenate([gather_rows(ids, at)[:, None], guess.tokens], axis=1)  # [B, k+1]
-      logits, cache = draft.decode(cache, fed, at)  # [B, k+1, V]
+      if catch_up:  # the first call: [the token before, the last, the k guesses] (row 0:
+        # the last, the guesses, one slot more): the token before may be a fully accepted
+        # block's last draft, which the draft's cache never saw (`steps.first_call`).
+        fed_at = jnp.maximum(at - 1, 0)  # [B]
+        fed = _window(_write(ids, guess.tokens, at + 1), fed_at, k + 2)  # [B, k+2]
+      else:
+        fed_at = at
+        fed = jnp.concatenate([gather_rows(ids, at)[:, None], guess.tokens], axis=1)  # [B, k+1]
+      logits, cache = draft.decode(cache, fed, fed_at)  # [B, k+1 (+1), V]
+      if catch_up:
+        logits = _window(logits, at - fed_at, k + 1)  # [B, k+1, V]: after the last .. each guess
       if greedy:
         result = acceptance.accept_greedy(sampling_lib.argmax(logits), guess.tokens,
                                           guess.drafted)
@@ -179,8 +192,9 @@ class VerticalCascade:
       bad = bad | (going & (steps.nonfinite(logits) | guess.nonfinite))
       return i + 1, cache, ids, x, q, made, bad
 
-    carry = (jnp.int32(0), cache, ids, x, q, jnp.zeros((batch,), jnp.int32),
+    carry = (jnp.int32(0), state, ids, x, q, jnp.zeros((batch,), jnp.int32),
              jnp.zeros((batch,), bool))
+    carry = body(carry, catch_up=True)  # every chain takes one call at least
     _, cache, _, x, q, _, bad = jax.lax.while_loop(cond, body, carry)
     return proposal_lib.chain(x[:, :gamma], None if greedy else q[:, :gamma], cache, bad,
                               jnp.full((batch,), gamma, jnp.int32))
