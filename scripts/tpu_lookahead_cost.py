@@ -37,8 +37,8 @@ in target steps, for each row of --measured-json (written by scripts/retrieval_d
 on --tasks whose proposer is 'model' (a chain: c the t5_small chain of G), 'lookahead:W,N,G'
 (its own tree) or a vertical 'cascade:DRAFT/CHEAP[/k]' (a chain). A cascade's tokens per
 target call are measured, and so are its draft calls per chain where the row counts them
-at the batch (its 'draft_calls', `scripts/draft_calls.py`: one per iteration of the
-loop); elsewhere they are estimated as G over CHEAP's own
+at the batch (its 'draft_calls', `scripts/draft_calls.py`: every call, the first and one
+per iteration of the loop); elsewhere they are estimated as G over CHEAP's own
 measured tokens per target call (its row of the same task and temperature at the shortest
 chain of at least k), within [fewest, most]. Its c is interpolated (linear in n) between
 the two compiled counts; the predictions at the fewest and most calls bound it.
@@ -347,7 +347,7 @@ def predict(result: dict, rows: list, target: str, draft: str, tasks: tuple,
           break
         item[batch] = {'c': proposal['seconds'] / step, 'v': v}
       elif casc:
-        counted = row.get('draft_calls', {}).get(batch)  # one per iteration
+        counted = row.get('draft_calls', {}).get(batch)  # every draft call
         n = item['calls']['estimate'] if counted is None else counted
         if counted is not None:
           item['calls'].setdefault('counted', {})[batch] = n

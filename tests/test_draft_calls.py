@@ -1,7 +1,8 @@
 """scripts/draft_calls.py: the draft model's calls counted in a real decode. A chain of G
 makes exactly G per proposal (encoder-decoder and decoder-only, the prompt's prefill not
-counted); a vertical cascade one per iteration of its loop, between its fewest and its
-most, and exactly its most when the draft model keeps none of the cheap drafts."""
+counted); a vertical cascade one before its loop and one per iteration, none of its own
+to catch the draft up, between its fewest and its most, and exactly its most when the
+draft model keeps none of the cheap drafts."""
 import json
 import math
 import os
@@ -71,7 +72,7 @@ def test_a_vertical_cascades_calls_lie_between_its_fewest_and_most(demo_pair):
   inputs = _demo_lines(12)
   out = _counted(target, tp, VerticalCascade(draft, inner, k), {'draft': dp, 'inner': ip},
                  inputs, gamma, 1)
-  fewest, most = math.ceil(gamma / (k + 1)), gamma  # no call before the loop
+  fewest, most = math.ceil(gamma / (k + 1)), gamma  # no call only to catch the draft up
   assert fewest < out['calls_per_proposal'] < most  # the draft kept some cheap drafts
   plain = specjax.speculative_decode(target, tp, draft, dp, inputs, gamma=gamma,
                                      max_decode_len=LEN, slots=1)
