@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+import signals_for_tests
 
 
 def _commands(tmp):
@@ -27,6 +28,8 @@ def test_ctrl_c_ends_each_tool_in_one_line(tmp_path, delay):
   procs = {name: subprocess.Popen(cmd, cwd=tmp_path, env=dict(os.environ),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
            for name, (cmd, _, _) in commands.items()}
+  for proc in procs.values():  # the delay counts from the interpreters' start
+    signals_for_tests.wait_until_python_runs(proc)
   time.sleep(delay)
   for proc in procs.values():
     if proc.poll() is None:
@@ -46,3 +49,21 @@ def test_ctrl_c_ends_each_tool_in_one_line(tmp_path, delay):
       assert not path.exists(), path  # written whole at the end, or not at all
     interrupted.add(name)
   assert {'bench', 'plan'} <= interrupted
+
+
+def test_the_wait_for_an_interpreter_ends_once_it_handles_ctrl_c():
+  """The tests above send Ctrl-C only once Python handles it: then the interrupt reaches
+  Python code (here a KeyboardInterrupt's traceback), not the kernel's default action."""
+  sleeper = subprocess.Popen(['sleep', '30'])
+  try:
+    assert not signals_for_tests.catches(sleeper.pid, signal.SIGINT)  # no handler
+  finally:
+    sleeper.kill()
+    sleeper.wait()
+  proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],
+                          stderr=subprocess.PIPE, text=True)
+  signals_for_tests.wait_until_python_runs(proc)
+  assert signals_for_tests.catches(proc.pid, signal.SIGINT)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=30)
+  assert 'KeyboardInterrupt' in err, err

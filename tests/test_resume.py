@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import signals_for_tests
 
 from specjax import decode
 from specjax.checkpoints.registry import ASSETS
@@ -120,6 +121,7 @@ def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(inputs):
   for delay in (0.5, 2.0, 5.0):
     proc = subprocess.Popen(_command(src, out), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    signals_for_tests.wait_until_python_runs(proc)  # the delay counts from Python's start
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
