@@ -16,13 +16,15 @@ def catches(pid: int, sig: int) -> bool:
 
 
 def wait_until_python_runs(proc: subprocess.Popen, timeout: float = 60.0) -> None:
-  """Returns once `proc`'s interpreter handles SIGINT (or it ended, or `timeout` passed).
+  """Returns once `proc` handles SIGINT (or it ended, or `timeout` passed).
 
-  Before that moment the kernel's default action ends the process on a Ctrl-C with no
-  Python code run (exit -2, nothing on stderr): on a loaded machine a new interpreter can
-  take longer than a test's delay to get there. Python installs its handler before it
-  imports `site` and the tool's modules, so a delay counted from here still falls during
-  the tool's imports.
+  Before that moment a Ctrl-C takes the signal's inherited disposition: the kernel's
+  default action ends the process with no Python code run (exit -2, nothing on stderr),
+  or, where the test runs as a background job of a non-interactive shell, the signal is
+  ignored and the run goes on to its end. On a loaded machine a new interpreter can take
+  longer than a test's delay to get past that moment. Python installs its own handler
+  before it imports `site` (where SIGINT is not ignored), a specjax tool its handler
+  before its imports: a delay counted from here still falls during the tool's imports.
   """
   end = time.monotonic() + timeout
   while (proc.poll() is None and not catches(proc.pid, signal.SIGINT)

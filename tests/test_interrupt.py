@@ -52,16 +52,19 @@ def test_ctrl_c_ends_each_tool_in_one_line(tmp_path, delay):
 
 
 def test_the_wait_for_an_interpreter_ends_once_it_handles_ctrl_c():
-  """The tests above send Ctrl-C only once Python handles it: then the interrupt reaches
-  Python code (here a KeyboardInterrupt's traceback), not the kernel's default action."""
+  """The tests above send Ctrl-C only once the process handles it: then the interrupt
+  reaches Python code (here a KeyboardInterrupt), not the kernel's default action. The
+  child sets Python's handler itself, as the tools set theirs: Python sets none where
+  SIGINT comes ignored (a background job of a non-interactive shell)."""
   sleeper = subprocess.Popen(['sleep', '30'])
   try:
     assert not signals_for_tests.catches(sleeper.pid, signal.SIGINT)  # no handler
   finally:
     sleeper.kill()
     sleeper.wait()
-  proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],
-                          stderr=subprocess.PIPE, text=True)
+  code = ('import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); '
+          'time.sleep(30)')
+  proc = subprocess.Popen([sys.executable, '-c', code], stderr=subprocess.PIPE, text=True)
   signals_for_tests.wait_until_python_runs(proc)
   assert signals_for_tests.catches(proc.pid, signal.SIGINT)
   proc.send_signal(signal.SIGINT)
