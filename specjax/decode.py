@@ -195,7 +195,7 @@ def run_main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-  sys.exit(0)
+  interrupt.finish(0)
 
 
 if __name__ == '__main__':

@@ -6,7 +6,8 @@ is raised, so no library can swallow it (a KeyboardInterrupt inside a garbage co
 callback is only reported) or crash on it while it unwinds; the process ends with
 `os._exit`, before any library's threads (orbax's event loops, XLA's compiler) can print.
 Nothing is lost by ending at once: the tools write each file whole (a temporary file
-renamed over it) and each decoded record in one synced write.
+renamed over it) and each decoded record in one synced write. A tool that ran to its end
+leaves through `finish`, which ignores a Ctrl-C during Python's shutdown.
 
 Imports only the standard library: it must cost nothing before the handler is in place.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Callable
+from typing import Callable, NoReturn
 
 
 def error_line(text: str) -> None:
@@ -38,3 +39,16 @@ def exit_at_once(where: Callable[[], str]) -> None:
     sys.stderr.flush()
     os._exit(130)
   signal.signal(signal.SIGINT, handle)
+
+
+def finish(code: int) -> NoReturn:
+  """Ends a tool that ran to its end with exit code `code`; a Ctrl-C from here on is
+  ignored.
+
+  Everything is written by then. Python's shutdown (most of a second once jax is loaded)
+  puts a Python-level handler back to the signal's default action, so a Ctrl-C in it
+  would kill the process: exit -2, no line. Ignored, the process ends by itself with
+  `code`. A shutdown that hangs still ends on SIGQUIT (Ctrl-\\) or a kill.
+  """
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  sys.exit(code)

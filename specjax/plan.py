@@ -229,4 +229,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  interrupt.finish(main())

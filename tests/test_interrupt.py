@@ -70,3 +70,23 @@ def test_the_wait_for_an_interpreter_ends_once_it_handles_ctrl_c():
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=30)
   assert 'KeyboardInterrupt' in err, err
+
+
+def test_ctrl_c_during_the_shutdown_after_a_complete_run_is_ignored(tmp_path):
+  """Once the decode has written everything, Python's shutdown (most of a second after
+  jax) would meet a Ctrl-C with the signal's default action: killed, exit -2, no line.
+  The tool ignores it then (`interrupt.finish`) and ends with its own exit code."""
+  out = tmp_path / 'out.jsonl'
+  cmd = [sys.executable, '-m', 'specjax.decode', '--max-examples', '2', '--gamma', '2',
+         '--no-compare', '--quiet', '--output', str(out)]
+  proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  signals_for_tests.wait_until_python_runs(proc)  # the tool's handler is in place
+  while proc.poll() is None and signals_for_tests.catches(proc.pid, signal.SIGINT):
+    time.sleep(0.001)  # until the handler is gone: the run is over
+  alive = proc.poll() is None
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert alive, 'the decode ended before its shutdown could be interrupted'
+  assert proc.returncode == 0, (proc.returncode, err)
+  assert len(out.read_text().splitlines()) == 2

@@ -1,6 +1,4 @@
 """python -m specjax.bench (see `specjax.bench.cli`)."""
-import sys
-
 from specjax import interrupt
 
 if __name__ == '__main__':  # before the imports below, which take seconds
@@ -10,4 +8,4 @@ if __name__ == '__main__':  # before the imports below, which take seconds
 from specjax.bench import cli  # pylint: disable=wrong-import-position
 
 if __name__ == '__main__':
-  sys.exit(cli.main())
+  interrupt.finish(cli.main())
