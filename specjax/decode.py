@@ -189,7 +189,8 @@ def _decode(job: DecodeConfig, primary: bool) -> int:
 def run_main() -> None:
   """`python -m specjax.decode`: main's exit code; after an error or an interrupt the
   process ends at once (`os._exit`), so that no library's threads (orbax's event loops,
-  XLA's compiler) print tracebacks or crash while the interpreter shuts down."""
+  XLA's compiler) print tracebacks or crash while the interpreter shuts down; after a
+  complete run it shuts down ignoring Ctrl-C (`interrupt.finish`)."""
   code = main()
   if code:
     sys.stdout.flush()
