@@ -6,8 +6,6 @@ pair on the bundled demo test split. Needs seqio (and TensorFlow).
 """
 from __future__ import annotations
 
-import sys
-
 from specjax import interrupt
 
 if __name__ == '__main__':  # before the imports below, which take seconds
