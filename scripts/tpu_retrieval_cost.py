@@ -102,8 +102,9 @@ def lookup_reads(ds: dict, depth: int, tile: int = 4096) -> dict:
   """What REST's lookup touches per row and call: the bytes it gathers, and the bytes of
   the `tile`-byte tiles they lie in (one per index entry, one per window of Q or D
   tokens), over its searches (Q query lengths of the suffix array, one of the document
-  starts, two bounds each) and its R retrievals of depth D."""
-  q, r = ds['max_query'], ds['samples']
+  starts, two bounds each) and its 2R retrievals of depth D (R of the longest match, R of
+  a shorter one)."""
+  q, r = ds['max_query'], 2 * ds['samples']
   reads = 2 * q * ds['suffix_search_steps'] + 2 * ds['start_search_steps']
   return {'rounds': 2 * ds['suffix_search_steps'] + 2 * ds['start_search_steps'],
           'gathered_bytes': reads * (4 + 4 * q) + r * (4 + 4 * depth),
@@ -347,9 +348,9 @@ def section(data: dict) -> str:
       'fixed shapes they run on every call). A step reads one index '
       f'entry (4 bytes) and the {q} corpus tokens it points at ({4 * q} bytes) per row and '
       f'query. Then R = {ds["samples"]} evenly spaced entries of the longest match\'s '
-      'range are read with the D tokens after each, and their trie is built '
-      '(`specjax.proposers.trie`: [R, R, D] prefix comparisons, a sort of the R x D '
-      f'candidates). Per row and call (D = {gamma}) that is {reads["gathered_bytes"] / 1e3:.1f}'
+      'range and R of a shorter match\'s are read with the D tokens after each, and their '
+      'trie is built (`specjax.proposers.trie`: [2R, 2R, D] prefix comparisons, a sort of '
+      f'the 2R x D candidates). Per row and call (D = {gamma}) that is {reads["gathered_bytes"] / 1e3:.1f}'
       f' kB gathered, or {reads["tile_bytes"] / 1e6:.2f} MB if every read fetched a whole '
       '4 KiB tile; the searches are '
       f'{reads["rounds"]} rounds one after another ({2 * steps} over the suffix array, '
@@ -429,7 +430,8 @@ def parse_args(argv=None):
                  help='mean document length with its separator (the bundled EnDe '
                       'datastore\'s sentences: 11.5)')
   p.add_argument('--max-query', type=int, default=8, help='Q, REST\'s longest query')
-  p.add_argument('--samples', type=int, default=32, help='R, REST\'s retrieved continuations')
+  p.add_argument('--samples', type=int, default=32,
+                 help='R, REST\'s retrieved continuations of each match')
   p.add_argument('--cpu', action='store_true', help='compile on this CPU (a dry run)')
   args = p.parse_args(argv)
   for x in args.shapes.split(';'):

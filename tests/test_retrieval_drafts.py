@@ -105,22 +105,34 @@ class _Target:  # what from_arrays reads of a target
 
 
 def test_rest_looks_up_the_documents_that_begin_with_a_short_output_then_any_suffix():
-  documents = [[4, 5, 6], [4, 5, 7], [8, 4, 5, 9], [4, 5, 6]]
+  documents = [[4, 5, 6], [4, 5, 7], [8, 4, 5, 9], [4, 5, 6], [2, 5, 3]]
   draft, params = _store(documents, 2, _Target(encoder=True))
   # T5 rows: the start token 0, then the output. Row 0 wrote 4 5 (2 tokens <= Q): anchored,
-  # the documents beginning 4 5 continue 6 (twice) and 7; row 1 wrote 3 4 5 (3 > Q):
-  # floating, '4 5' anywhere continues 6, 6, 7 and 9; row 2 wrote nothing yet: every
-  # document's first token.
+  # the documents beginning 4 5 continue 6 (twice) and 7, and the shorter match is the
+  # longest suffix, '4 5' anywhere: 6, 6, 7 and 9; row 1 wrote 3 4 5 (3 > Q): floating,
+  # '4 5' anywhere, and the shorter match '5' also continues 3; row 2 wrote nothing yet:
+  # every document's first token, and no shorter match.
   seq = jnp.array([[0, 4, 5, 0, 0], [0, 3, 4, 5, 0], [0, 0, 0, 0, 0]])
-  cont, valid = draft.retrieve(params, seq, jnp.array([2, 3, 0]), 2)
-  got = [sorted(tuple(int(t) for t, v in zip(c, ok) if v) for c, ok in zip(row, vrow)
-                if ok[0]) for row, vrow in zip(np.asarray(cont), np.asarray(valid))]
-  assert got[0] == [(6,), (6,), (7,)]  # each document ends after it
-  assert got[1] == [(6,), (6,), (7,), (9,)]
-  assert got[2] == [(4, 5), (4, 5), (4, 5), (8, 4)]
+  cont, valid, weight = draft.retrieve(params, seq, jnp.array([2, 3, 0]), 2)
+  r = draft.samples
+  assert cont.shape[1] == 2 * r and weight.shape == cont.shape[:2]
+  np.testing.assert_allclose(np.asarray(weight)[:, :r], 1.0)
+  assert np.all(np.asarray(weight)[:, r:] * r < 1.0)  # all R below one of the longer's
+
+  def found(part):
+    return [sorted(tuple(int(t) for t, v in zip(c, ok) if v) for c, ok in zip(row, vrow)
+                   if ok[0]) for row, vrow in zip(np.asarray(cont)[:, part],
+                                                  np.asarray(valid)[:, part])]
+
+  longer, shorter = found(slice(None, r)), found(slice(r, None))
+  assert longer[0] == [(6,), (6,), (7,)]  # each document ends after it
+  assert shorter[0] == [(6,), (6,), (7,), (9,)]
+  assert longer[1] == [(6,), (6,), (7,), (9,)]
+  assert shorter[1] == [(3,), (6,), (6,), (7,), (9,)]
+  assert longer[2] == [(2, 5), (4, 5), (4, 5), (4, 5), (8, 4)] and shorter[2] == []
   # A decoder-only row's text starts at position 0.
   draft, params = _store(documents, 2, _Target(encoder=False))
-  cont, valid = draft.retrieve(params, jnp.array([[8, 4, 0]]), jnp.array([1]), 3)
+  cont, valid, _ = draft.retrieve(params, jnp.array([[8, 4, 0]]), jnp.array([1]), 3)
   assert np.asarray(cont)[0, 0, :2].tolist() == [5, 9]
   assert np.asarray(valid)[0, 0].tolist() == [True, True, False]
 
@@ -193,19 +205,36 @@ def test_a_sampled_rest_chain_follows_the_target():
   assert int(out.stats.accepted.sum()) > 0
 
 
+def test_a_shorter_match_fills_the_nodes_the_longest_leaves_unused():
+  """'2 4 3' occurs once in the datastore (then 2 3): 2 nodes of a 5-node trie. The other
+  3 come from the shorter match '4 3' (then 2 3, 4 1 and 5 4), not from the fallback; in a
+  trie of 2 nodes they displace none of the longest match's."""
+  draft, params = _markov_rest()
+  seq = jnp.array([[3, 5, 3, 2, 4, 3, 0, 0]])
+  for nodes, tokens, parents in ((2, [2, 3], [-1, 0]),
+                                 (5, [2, 4, 5, 3, 1], [-1, -1, -1, 0, 1])):
+    cfg = LoopConfig(gamma=2, max_decode_len=4, tree=tree.DynamicTree(nodes, 2, 3))
+    p = draft.propose(params, {}, {}, seq, jnp.array([5]), None, None, cfg)
+    assert p.tokens[0].tolist() == tokens
+    assert p.parents[0].tolist() == parents
+
+
 def test_a_mixture_weighs_each_parts_retrievals_to_one():
-  """REST's 32 retrievals weigh as much as the suffix draft's few: one trie of both."""
+  """REST's 64 retrievals weigh as much as the suffix draft's few: one trie of both."""
   rest_draft, params = _markov_rest()
   own = suffix.SuffixDraft(6, 3, samples=2, source=False)
   mixture = trie.Mixture((rest_draft, own))
-  cfg = LoopConfig(gamma=1, max_decode_len=4, tree=tree.DynamicTree(3, 1, 3))
   seq = jnp.array([[3, 5, 3, 2, 4, 3, 0, 0]])
-  p = mixture.propose({'0': params, '1': {}}, {'0': {}, '1': {}}, {}, seq, jnp.array([5]),
-                      None, None, cfg)
-  # REST: '2 4 3' occurs once, then 2 (weight 1); the suffix draft: '3' at positions 0
-  # and 2, then 5 and 2 (1/2 each): 2 weighs 1.5, 5 0.5, then the fallback (EOS).
-  assert p.tokens[0].tolist() == [2, 5, 1]
-  assert p.parents[0].tolist() == [-1, -1, -1]
+  # REST: '2 4 3' occurs once, then 2 (weight 1), and the shorter match '4 3' continues
+  # 2, 4 and 5 (1/33 each); scaled to 1 in all: 2 0.94, 4 and 5 0.03 each. The suffix
+  # draft: '3' at positions 0 and 2, then 5 and 2 (1/2 each). 2 weighs 1.44, 5 0.53 and
+  # 4 0.03: the two heaviest, then all three in the order retrieved.
+  for nodes, expected in ((2, [2, 5]), (3, [2, 4, 5])):
+    cfg = LoopConfig(gamma=1, max_decode_len=4, tree=tree.DynamicTree(nodes, 1, 3))
+    p = mixture.propose({'0': params, '1': {}}, {'0': {}, '1': {}}, {}, seq,
+                        jnp.array([5]), None, None, cfg)
+    assert p.tokens[0].tolist() == expected
+    assert p.parents[0].tolist() == [-1] * nodes
 
 
 def test_a_static_tree_is_refused_in_one_line():

@@ -42,9 +42,10 @@ def test_datastore_sizes_and_the_lookups_reads():
   ds = {'max_query': 8, 'samples': 32, 'suffix_search_steps': 20, 'start_search_steps': 17}
   reads = cost.lookup_reads(ds, 8)
   assert reads['rounds'] == 74
-  # 2 x 8 x 20 + 2 x 17 index entries, each with its 8-token window; 32 retrievals.
-  assert reads['gathered_bytes'] == 354 * 36 + 32 * 36
-  assert reads['tile_bytes'] == (2 * 354 + 64) * 4096
+  # 2 x 8 x 20 + 2 x 17 index entries, each with its 8-token window; 32 retrievals of
+  # each of two matches.
+  assert reads['gathered_bytes'] == 354 * 36 + 64 * 36
+  assert reads['tile_bytes'] == (2 * 354 + 128) * 4096
 
 
 def test_predictions_use_the_matching_proposal_and_verify():

@@ -14,8 +14,12 @@ Both are two binary searches per query length, on device inside the decode loop 
 2 log2(L) steps of Q-token comparisons per row and query length, no host round trip). The
 matches form a range of the sorted index, ordered by what follows them; R evenly spaced
 entries of the range are retrieved, so a continuation comes back about as often as its
-share of the matches, and their next tokens are proposed as a trie (`specjax.proposers.
-trie`): the N nodes the most retrievals pass through, or the heaviest path as a chain.
+share of the matches. R more come from a shorter match: the longest suffix shorter than
+the longest (where the row is anchored: the longest suffix). Each of those weighs less than
+one of the longer match's, so they fill the trie only with nodes the longer match does not
+reach: where it occurs once or a few times, its continuations hold fewer nodes than the
+tree verifies. The next tokens of all 2R are proposed as a trie (`specjax.proposers.
+trie`): the N nodes the most weight passes through, or the heaviest path as a chain.
 Every node is a point mass, so the exact rules keep the target's output and distribution.
 The datastore's arrays are the proposer's params (replicated on a mesh); it keeps no state.
 
@@ -33,7 +37,7 @@ import numpy as np
 
 from specjax.proposers import trie
 
-# Retrieved continuations per row and call.
+# Retrieved continuations per row and call, from each of the two matches.
 SAMPLES = 32
 
 
@@ -103,7 +107,7 @@ class RestDraft(trie.Retriever):
     max_query: Q, the datastore's sort key length: the longest suffix looked up.
     text_start: the first position of a row's own text (1 for an encoder-decoder, after
       the decoder start token; 0 for a decoder-only model, whose prompt is text).
-    samples: R, continuations retrieved per row and call.
+    samples: R, continuations retrieved per row, call and match (2R in all).
     eos_id, pad_id: the target's.
   """
 
@@ -135,7 +139,9 @@ class RestDraft(trie.Retriever):
     return {}
 
   def retrieve(self, params: dict, seq: jax.Array, pos: jax.Array, depth: int):
-    """R continuations of each row's text: tokens [B, R, D] int32, valid [B, R, D]."""
+    """2R continuations of each row's text, the longer match's R first: tokens [B, 2R, D]
+    int32, valid [B, 2R, D], weight [B, 2R] float32 (1 for the longer match's, 1 / (R + 1)
+    for the shorter's)."""
     tokens, q = params['tokens'], self.max_query
     pos = pos.astype(jnp.int32)
     written = pos - self.text_start + 1  # [B] tokens of the row's own text
@@ -145,21 +151,39 @@ class RestDraft(trie.Retriever):
     query = jnp.take_along_axis(seq[:, None], jnp.clip(back, 0, seq.shape[1] - 1), axis=2)
     ok = lengths[None] <= written[:, None]  # [B, Q]
     lo, hi = bounds(tokens, params['suffixes'], query, jnp.broadcast_to(lengths, ok.shape))
-    found = ok & (hi > lo)
-    best = jnp.max(jnp.where(found, lengths[None], 0), axis=1)  # [B]: the longest, or 0
-    at = jnp.maximum(best - 1, 0)[:, None]
-    float_lo, float_hi = (jnp.take_along_axis(a, at, 1)[:, 0] for a in (lo, hi))
-    float_hi = jnp.where(best > 0, float_hi, float_lo)
+    found = jnp.where(ok & (hi > lo), lengths[None], 0)  # [B, Q]: m where found, else 0
+    best = jnp.max(found, axis=1)  # [B]: the longest, or 0
+    below = jnp.max(jnp.where(found < best[:, None], found, 0), axis=1)  # the next, or 0
+
+    def suffix_range(m):  # (lo, count) [B] of the suffixes of length m (none where m = 0)
+      at = jnp.maximum(m - 1, 0)[:, None]
+      m_lo, m_hi = (jnp.take_along_axis(a, at, 1)[:, 0] for a in (lo, hi))
+      return m_lo, jnp.where(m > 0, m_hi - m_lo, 0)
+
     # Anchored: the whole text so far, among the document starts.
     text = jnp.take_along_axis(seq, jnp.clip(self.text_start + jnp.arange(q)[None], 0,
                                              seq.shape[1] - 1), axis=1)  # [B, Q]
     short = written <= q
     a_lo, a_hi = bounds(tokens, params['starts'], text, jnp.clip(written, 0, q))
     anchored = short & (a_hi > a_lo)
-    lo = jnp.where(anchored, a_lo, float_lo)
-    count = jnp.where(anchored, a_hi - a_lo, float_hi - float_lo)  # [B]
-    matched = jnp.where(anchored, written, best)
-    # R evenly spaced entries of the range (all of it when it is smaller).
+    (best_lo, best_count), (below_lo, below_count) = suffix_range(best), suffix_range(below)
+    longer = self._sampled(params, jnp.where(anchored, a_lo, best_lo),
+                           jnp.where(anchored, a_hi - a_lo, best_count),
+                           jnp.where(anchored, written, best), depth, anchored)
+    shorter = self._sampled(params, jnp.where(anchored, best_lo, below_lo),
+                            jnp.where(anchored, best_count, below_count),
+                            jnp.where(anchored, best, below), depth, jnp.zeros_like(anchored))
+    cont, valid = (jnp.concatenate(pair, axis=1) for pair in zip(longer, shorter))
+    weight = jnp.concatenate([jnp.ones((seq.shape[0], self.samples), jnp.float32),
+                              jnp.full((seq.shape[0], self.samples),
+                                       1.0 / (self.samples + 1), jnp.float32)], axis=1)
+    return cont, valid, weight
+
+  def _sampled(self, params: dict, lo: jax.Array, count: jax.Array, matched: jax.Array,
+               depth: int, anchored: jax.Array):
+    """The D tokens after the `matched` [B] tokens of R evenly spaced entries of each row's
+    range [lo, lo + count) (all of it when it is smaller) of the document starts where
+    `anchored` [B], else of the suffix array: tokens [B, R, D], valid [B, R, D]."""
     r = jnp.arange(self.samples, dtype=jnp.int32)[None]
     spread = jnp.where(count[:, None] >= self.samples,
                        (r * count[:, None]) // self.samples, r)
@@ -167,17 +191,15 @@ class RestDraft(trie.Retriever):
     index = jnp.where(anchored[:, None], jnp.take(params['starts'], jnp.clip(
         entry, 0, self.num_starts - 1)), jnp.take(params['suffixes'], jnp.clip(
             entry, 0, self.num_suffixes - 1)))
-    cont = window(tokens, index + matched[:, None], depth)  # [B, R, D]
+    cont = window(params['tokens'], index + matched[:, None], depth)  # [B, R, D]
     valid = (jnp.cumsum(cont < 0, axis=-1) == 0) & (r < count[:, None])[..., None]
     return cont, valid
 
-
   def continuations(self, params, encoded, seq: jax.Array, pos: jax.Array, depth: int):
-    """`retrieve`'s continuations, each of weight 1: tokens [B, R, D], valid [B, R, D],
-    weight [B, R] (the interface `specjax.proposers.trie.Mixture` reads)."""
+    """`retrieve`'s continuations: tokens [B, 2R, D], valid [B, 2R, D], weight [B, 2R]
+    (the interface `specjax.proposers.trie.Mixture` reads)."""
     del encoded
-    cont, valid = self.retrieve(params, seq.astype(jnp.int32), pos, depth)
-    return cont, valid, jnp.ones(cont.shape[:2], jnp.float32)
+    return self.retrieve(params, seq.astype(jnp.int32), pos, depth)
 
 
 def from_arrays(tokens: np.ndarray, suffixes: np.ndarray, max_query: int, target,
