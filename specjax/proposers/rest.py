@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -172,7 +173,7 @@ class RestDraft(trie.Retriever):
                            jnp.where(anchored, written, best), depth, anchored)
     shorter = self._sampled(params, jnp.where(anchored, best_lo, below_lo),
                             jnp.where(anchored, best_count, below_count),
-                            jnp.where(anchored, best, below), depth, jnp.zeros_like(anchored))
+                            jnp.where(anchored, best, below), depth)
     cont, valid = (jnp.concatenate(pair, axis=1) for pair in zip(longer, shorter))
     weight = jnp.concatenate([jnp.ones((seq.shape[0], self.samples), jnp.float32),
                               jnp.full((seq.shape[0], self.samples),
@@ -180,17 +181,19 @@ class RestDraft(trie.Retriever):
     return cont, valid, weight
 
   def _sampled(self, params: dict, lo: jax.Array, count: jax.Array, matched: jax.Array,
-               depth: int, anchored: jax.Array):
+               depth: int, anchored: Optional[jax.Array] = None):
     """The D tokens after the `matched` [B] tokens of R evenly spaced entries of each row's
     range [lo, lo + count) (all of it when it is smaller) of the document starts where
-    `anchored` [B], else of the suffix array: tokens [B, R, D], valid [B, R, D]."""
+    `anchored` [B], else (or where it is None) of the suffix array: tokens [B, R, D],
+    valid [B, R, D]."""
     r = jnp.arange(self.samples, dtype=jnp.int32)[None]
     spread = jnp.where(count[:, None] >= self.samples,
                        (r * count[:, None]) // self.samples, r)
     entry = lo[:, None] + jnp.minimum(spread, jnp.maximum(count[:, None] - 1, 0))  # [B, R]
-    index = jnp.where(anchored[:, None], jnp.take(params['starts'], jnp.clip(
-        entry, 0, self.num_starts - 1)), jnp.take(params['suffixes'], jnp.clip(
-            entry, 0, self.num_suffixes - 1)))
+    index = jnp.take(params['suffixes'], jnp.clip(entry, 0, self.num_suffixes - 1))
+    if anchored is not None:
+      index = jnp.where(anchored[:, None], jnp.take(params['starts'], jnp.clip(
+          entry, 0, self.num_starts - 1)), index)
     cont = window(params['tokens'], index + matched[:, None], depth)  # [B, R, D]
     valid = (jnp.cumsum(cont < 0, axis=-1) == 0) & (r < count[:, None])[..., None]
     return cont, valid
