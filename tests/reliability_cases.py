@@ -126,8 +126,8 @@ CASES = [
     Case('--temperature inf', b'Open the file\n', ['--temperature', 'inf']),
     Case('--output -: the records on standard output', b'Open the file\nPrint the page\n',
          ['--output', '-']),
-    Case('--output in a folder that does not exist', b'Open the file\n',
-         ['--output', '/nonexistent/records.jsonl']),
+    Case('--output under a file, not a folder', b'Open the file\n',
+         ['--output', '/dev/null/records.jsonl']),
     Case('--vocab of another model (the man-page pair\'s, given to the demo pair)',
          b'Open the file\n', setup=_other_vocab),
     Case('--dtype foo', b'Open the file\n', ['--dtype', 'foo']),
@@ -234,6 +234,7 @@ ELSEWHERE = """
 | two runs started on one --output | the second: exit 2, `error: another run is writing OUT; wait for it to finish, or pass another --output`, before any model loads | `tests/test_output_file.py::test_a_second_writer_is_refused_in_one_line_before_any_load` |
 | a record deleted from a finished output (or one too many), then the same command | the missing input is redecoded in its place; nothing is repeated | `tests/test_output_file.py::test_resume_redecodes_a_deleted_record_in_place` |
 | an OUT.run.json that specjax did not write | exit 2, `... exists and was not written by specjax ...`; the file is left as it was | `tests/test_output_file.py::test_a_sidecar_specjax_did_not_write_is_kept` |
+| --output in folders that do not exist | they are made; a run that ends before its first record (a bad --target, say) removes them again, and nothing else | `tests/test_output_file.py::test_folders_made_for_a_run_that_ends_before_its_first_record_are_removed` |
 | a resume with another seed, target or --max-decode-len | exit 2, `error: OUT was written by a run with another ...`; the file is left as it was | `tests/test_resume.py::test_a_resume_with_another_setting_or_model_is_refused` |
 | the same `--gamma auto` command run twice, or interrupted and rerun (greedy or sampled) | one gamma (measured once, kept in a cache keyed by the settings, and a sampled run's in its sidecar), so one file | `tests/test_reruns.py::test_sampled_gamma_auto_is_kept_and_reused`, `tests/test_reruns.py::test_sigkill_of_a_sampled_gamma_auto_refill_run_then_rerun` |
 | `python -m specjax.plan` or `plan --speed` without --output | writes specjax_reports/ in the current folder, never the committed docs/ | `tests/test_reports.py` |

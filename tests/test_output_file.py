@@ -40,7 +40,7 @@ def test_a_second_writer_is_refused_in_one_line_before_any_load(tmp_path, src, c
 
 
 def test_resume_redecodes_a_deleted_record_in_place(tmp_path, src, capsys):
-  out = tmp_path / 'out.jsonl'
+  out = tmp_path / 'runs' / 'today' / 'out.jsonl'  # folders that do not exist yet are made
   assert _run(capsys, '--input', str(src), '--output', str(out), *QUICK)[0] == 0
   full = out.read_bytes()
   lines = full.decode().splitlines(keepends=True)
@@ -72,10 +72,20 @@ def test_dash_writes_the_records_to_stdout_and_the_summary_to_stderr(src, capsys
 
 
 def test_an_unwritable_output_is_an_error_before_any_load(tmp_path, src, capsys):
-  code, _, err = _run(capsys, '--input', str(src), '--output',
-                      str(tmp_path / 'missing' / 'out.jsonl'), '--target', 'no_such_model',
-                      *QUICK)
+  code, _, err = _run(capsys, '--input', str(src), '--output', str(src / 'out.jsonl'),
+                      '--target', 'no_such_model', *QUICK)  # a folder that is a file
   assert code == 2 and err.startswith('error: cannot write --output ') and 'writable' in err
+
+
+def test_folders_made_for_a_run_that_ends_before_its_first_record_are_removed(tmp_path, src,
+                                                                             capsys):
+  (tmp_path / 'runs').mkdir()
+  (tmp_path / 'runs' / 'kept.txt').write_text('mine')
+  code, _, err = _run(capsys, '--input', str(src), '--output',
+                      str(tmp_path / 'runs' / 'a' / 'b' / 'out.jsonl'),
+                      '--target', 'no_such_model', *QUICK)
+  assert code == 2 and 'no_such_model' in err
+  assert sorted(p.name for p in (tmp_path / 'runs').iterdir()) == ['kept.txt']
 
 
 def test_done_prefix_stops_at_the_first_record_out_of_place():

@@ -97,9 +97,9 @@ EXPECTED = {
         'exit 0, 2 records: `[{"inputs": "translate English to German: Open the fi...", '
         '"input_line": 1}, {"inputs": "translate English to German: Print the p...", '
         '"input_line": 2}]`'),
-    '--output in a folder that does not exist': (
-        'exit 2: `error: cannot write --output /nonexistent/records.jsonl: No such file or '
-        'directory; pass a writable path`'),
+    '--output under a file, not a folder': (
+        'exit 2: `error: cannot write --output /dev/null/records.jsonl: Not a directory; pass '
+        'a writable path`'),
     '--vocab of another model (the man-page pair\'s, given to the demo pair)': (
         'exit 2: `error: demo_target was trained with its own vocabulary '
         '(specjax/assets/demo/spm.model), not specjax/assets/manpages/spm.model; drop '

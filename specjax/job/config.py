@@ -57,7 +57,8 @@ class DecodeConfig:
                     'the row\'s own earlier text (its output and input); rest+suffix: one '
                     'trie of both\'s continuations; rest and suffix '
                     'verify a chain or the trie of what they retrieve (--tree-nodes N '
-                    '--tree-depth D); lookahead:W,N,G: lookahead decoding, the target\'s own '
+                    '--tree-depth D; with --gamma auto and no tree flag, --tree auto '
+                    'weighs both); lookahead:W,N,G: lookahead decoding, the target\'s own '
                     'Jacobi window of W guesses in N - 1 levels and G of its n-grams of N '
                     'tokens verified as one tree (lookahead: 5,3,4); cascade:NAME/CHEAP[/K]: '
                     'the draft model NAME\'s chain drafted K (3) tokens at a time by CHEAP '
@@ -93,7 +94,7 @@ class DecodeConfig:
   output: Optional[str] = flag(None, 'write one JSON line per input, in input order, as each '
                                'batch finishes (inputs, input_line, prediction, stats); '
                                'rerunning the same command after an interruption resumes '
-                               'where it stopped')
+                               'where it stopped; missing folders are made; - for stdout')
   prefix: Optional[str] = flag(None, 'task prefix added to inputs that lack it (default: '
                                '"translate English to German: " for the demo pair, none '
                                'otherwise)')

@@ -10,7 +10,8 @@ input on, drops the rest (a line cut short by the kill, a record out of place) a
 only what is missing: every input once, in order. A run whose fingerprint differs is
 refused with one line naming what changed.
 
-One run writes a file at a time: the file is locked while its run lasts, and a second run
+Folders missing from the path are made (and removed again when the run ends before its
+first record). One run writes a file at a time: the file is locked while its run lasts, and a second run
 on it is refused in one line. A sidecar that specjax did not write is never overwritten.
 `-` writes the records to standard output instead (nothing to resume).
 """
@@ -40,7 +41,8 @@ class JsonlOutput:
   """
 
   def __init__(self, path: str):
-    """Opens and locks the file (created empty if missing), before anything slow runs.
+    """Opens and locks the file (created empty if missing, with any folders missing from
+    its path), before anything slow runs.
 
     Raises:
       ValueError: another run holds the file, or it cannot be written (one line).
@@ -50,9 +52,14 @@ class JsonlOutput:
     self.written = 0
     self._created = not os.path.exists(self.path)
     self._begun = False
+    self._made = []  # folders made for the file, innermost first
     try:
+      for folder in reversed(_missing_folders(self.path)):
+        os.mkdir(folder)
+        self._made.insert(0, folder)
       self._file = open(self.path, 'a+b')  # pylint: disable=consider-using-with
     except OSError as e:
+      self._remove_made_folders()
       raise ValueError(f'cannot write --output {self.path}: {e.strerror}; pass a writable '
                        'path') from None
     try:
@@ -61,6 +68,7 @@ class JsonlOutput:
       self._file.close()
       self._file = None
       self._created = False
+      self._made = []
       raise ValueError(f'another run is writing {self.path}; wait for it to finish, or pass '
                        'another --output') from None
 
@@ -146,15 +154,24 @@ class JsonlOutput:
 
   def close(self) -> None:
     """Closes the file (and so releases its lock); a file this run created and never began
-    (an error came first) is removed again."""
+    (an error came first) is removed again, with the folders it made for it."""
     if self._file is not None:
       if self._created and not self._begun:
         os.remove(self.path)
+        self._remove_made_folders()
       try:
         self._file.close()
       except OSError:  # a write failed already and said so; the lock goes with the file
         pass
       self._file = None
+
+  def _remove_made_folders(self) -> None:
+    for folder in self._made:  # innermost first; one that holds something else stays
+      try:
+        os.rmdir(folder)
+      except OSError:
+        return
+    self._made = []
 
 
 class StdoutOutput:
@@ -179,6 +196,16 @@ class StdoutOutput:
 
   def close(self) -> None:
     sys.stdout.flush()
+
+
+def _missing_folders(path: str) -> List[str]:
+  """The folders of `path` that do not exist yet, innermost first."""
+  missing = []
+  folder = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(folder):
+    missing.append(folder)
+    folder = os.path.dirname(folder)
+  return missing
 
 
 def done_prefix(lines: List[bytes], examples: Sequence[dict]) -> int:
