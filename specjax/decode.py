@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from specjax import compile_cache
 from specjax.parallel import mesh as mesh_lib
-from specjax.job import task_data
+from specjax.job import task_data, tree_checks
 from specjax import flags
 from specjax.job.config import DecodeConfig
 from specjax.job.decode_job import run
@@ -55,8 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def parse_config(argv=None) -> DecodeConfig:
-  """The DecodeConfig of a command line (exits 2 on a bad flag, as argparse does)."""
-  return flags.from_args(DecodeConfig, parse_args(argv))
+  """The DecodeConfig of a command line (exits 2 on a bad flag, as argparse does); a
+  retrieval draft with no tree flag gets --tree auto (`tree_checks.retrieval_tree_default`)."""
+  return tree_checks.retrieval_tree_default(flags.from_args(DecodeConfig, parse_args(argv)))
 
 
 def _tree_name(tree: dict) -> str:

@@ -162,6 +162,24 @@ def test_candidates_fit_the_depth_and_the_draft():
 BEFORE_LOAD = ['--target', 'no_such_model', '--quiet']
 
 
+@pytest.mark.parametrize('flags, tree', [
+    (['--draft', 'rest'], 'auto'), (['--draft', 'suffix'], 'auto'),
+    (['--draft', 'rest+suffix'], 'auto'), (['--draft', 'rest:/a/b'], 'auto'),
+    (['--draft', 'rest', '--gamma', '3'], None),  # a chain, as asked
+    (['--draft', 'rest', '--tree-nodes', '8', '--tree-depth', '4'], None),
+    (['--draft', 'rest', '--verification', 'block'], None),
+    (['--draft', 'rest', '--draft-threshold', '0.5'], None),
+    (['--draft', 'bigram'], None), (['--draft', 'copy'], None), (['--draft', 'auto'], None)])
+def test_a_retrieval_draft_with_no_tree_flag_weighs_its_tries(flags, tree):
+  """rest and suffix propose the trie of what they retrieve: with --gamma auto and no tree
+  flag the command line weighs it (--tree auto); any flag that settles the shape (or a rule
+  a tree cannot use) keeps what it asks."""
+  job = decode.parse_config(flags)
+  assert job.tree == tree
+  if tree is None and '--tree-nodes' in flags:
+    assert (job.tree_nodes, job.tree_depth) == (8, 4)
+
+
 @pytest.mark.parametrize('flags, message', [
     (['--tree', 'auto', '--gamma', '3'], 'drop --gamma 3'),
     (['--tree', 'auto', '--tree-nodes', '4', '--tree-depth', '2'], 'exclude each other'),
