@@ -89,9 +89,10 @@ def test_binary_search_finds_every_suffix_that_begins_with_the_query():
   assert np.any(np.asarray(hi) - np.asarray(lo) > 1)  # ranges of several matches occur
 
 
-def _store(documents, max_query, target):
+def _store(documents, max_query, target, samples=rest.SAMPLES):
   tokens = np.concatenate([np.array(d + [-1], np.int32) for d in documents])
-  return rest.from_arrays(tokens, _suffix_array(tokens, max_query), max_query, target)
+  return rest.from_arrays(tokens, _suffix_array(tokens, max_query), max_query, target,
+                          samples)
 
 
 class _Target:  # what from_arrays reads of a target
@@ -166,9 +167,16 @@ def _draws(draft, dp, config, shape=tree.DynamicTree(6, 3, 2)):
   return np.asarray(out.tokens), expected, out
 
 
-def _markov_rest():
+# The sampled tests' retrievals per match: no query matches more than 6 of the 21 suffixes
+# of _markov_rest's datastore, so 8 retrieve all of them, and the 20,000 rows draw the same
+# tokens as with REST's 32 (compared once for every draw of this file) with a quarter of
+# the trie's work.
+DRAW_SAMPLES = 8
+
+
+def _markov_rest(samples=rest.SAMPLES):
   documents = [[3, 4, 5, 2], [4, 3, 5, 4], [2, 4, 3, 2, 3], [3, 2, 2, 5], [4, 3, 4, 1]]
-  return _store(documents, 3, _Target(encoder=False, vocab_size=6))
+  return _store(documents, 3, _Target(encoder=False, vocab_size=6), samples)
 
 
 # 20,000 rows retrieving in each call: programs that run long enough to want the optimiser
@@ -177,8 +185,9 @@ def _markov_rest():
 @pytest.mark.parametrize('kind', ['rest', 'suffix', 'rest+suffix'])
 def test_sampled_retrieval_trees_follow_the_target_on_the_first_three_tokens(config, kind):
   own = (suffix.SuffixDraft(6, 3, source=False), {})
-  draft, dp = {'rest': _markov_rest(), 'suffix': own}.get(kind) or (
-      trie.Mixture((_markov_rest()[0], own[0])), {'0': _markov_rest()[1], '1': {}})
+  store = _markov_rest(DRAW_SAMPLES)
+  draft, dp = {'rest': store, 'suffix': own}.get(kind) or (
+      trie.Mixture((store[0], own[0])), {'0': store[1], '1': {}})
   tokens, expected, out = _draws(draft, dp, config)
   assert chi_square_pvalue(tokens, expected) > 1e-3
   assert int(out.stats.accepted.sum()) > 0.1 * N
@@ -189,14 +198,14 @@ def test_a_rest_tree_under_a_rule_that_keeps_the_residual_is_rejected(monkeypatc
                                                                       fresh_programs):
   """The negative control: the same test on a REST tree fails the broken rule."""
   monkeypatch.setattr(tree_accept, 'residual', lambda r, q, q_scale=1.0: r)
-  tokens, expected, _ = _draws(*_markov_rest(), T1)
+  tokens, expected, _ = _draws(*_markov_rest(DRAW_SAMPLES), T1)
   assert chi_square_pvalue(tokens, expected) < 1e-6
 
 
 def test_a_sampled_rest_chain_follows_the_target():
   target = MarkovModel(6)
   tp = target.init(jax.random.PRNGKey(10), 1.5)
-  draft, dp = _markov_rest()
+  draft, dp = _markov_rest(DRAW_SAMPLES)
   out = specjax.speculative_decode(target, tp, draft, dp, jnp.tile(jnp.array([PROMPT]), (N, 1)),
                                    gamma=3, max_decode_len=STEPS, sampling=T1,
                                    rng=jax.random.PRNGKey(6))
