@@ -58,23 +58,36 @@ def test_greedy_eagle_is_the_targets_on_manpages_lines(manpages_pair):
   assert int(out.stats.accepted.sum()) > 0
 
 
-def _expected_accepted(head, hp, tp, src, tokens) -> int:
-  """What a one-token chain must get accepted, greedy, on the target alone's output
-  `tokens` for the input src [S]: the call whose root sits at position t proposes the
-  head's top token from the token at t and the target's hidden state at t - 1 (zero at
-  0), its cache filled likewise (one teacher-forced pass of both)."""
+def _teacher_forced_drafts(head):
+  """drafts(tp, hp, src [1, S], seq [1, T]) -> [1, T], one compiled program: the head's top
+  token when the root is at t, from the token at t and the target's hidden state at t - 1
+  (zero at 0), its cache filled likewise (one teacher-forced pass of both). Causal: what
+  follows t in seq (padding, say) does not change the draft at t."""
   target = head.target
-  seq = jnp.asarray([[0] + list(tokens)])
-  width = seq.shape[1]
-  encoded = target.encode(tp, jnp.asarray([src]))
-  _, _, f = target.decode(tp, encoded, target.init_cache(1, width), seq,
-                          jnp.zeros((1,), jnp.int32), return_hidden=True)  # [1, T, H]
-  feats = jnp.concatenate([jnp.zeros_like(f[:, :1]), f[:, :-1]], axis=1)
-  _, logits, _ = head.run({'target': tp, 'own': hp}, {'target': encoded},
-                          head.init_cache(1, width), seq, feats, jnp.zeros((1,), jnp.int32))
-  proposed = np.asarray(jnp.argmax(logits, -1))[0]  # [T]: the draft when the root is at t
+
+  @jax.jit
+  def drafts(tp, hp, src, seq):
+    width = seq.shape[1]
+    encoded = target.encode(tp, src)
+    _, _, f = target.decode(tp, encoded, target.init_cache(1, width), seq,
+                            jnp.zeros((1,), jnp.int32), return_hidden=True)  # [1, T, H]
+    feats = jnp.concatenate([jnp.zeros_like(f[:, :1]), f[:, :-1]], axis=1)
+    _, logits, _ = head.run({'target': tp, 'own': hp}, {'target': encoded},
+                            head.init_cache(1, width), seq, feats, jnp.zeros((1,), jnp.int32))
+    return jnp.argmax(logits, -1)
+
+  return drafts
+
+
+def _expected_accepted(drafts, hp, tp, src, tokens, width) -> int:
+  """What a one-token chain must get accepted, greedy, on the target alone's output
+  `tokens` for the input src [S], from `_teacher_forced_drafts` over the output padded to
+  `width` (one shape for every row)."""
+  seq = np.zeros((1, width), np.int32)
+  seq[0, 1:len(tokens) + 1] = tokens
+  proposed = np.asarray(drafts(tp, hp, jnp.asarray([src]), jnp.asarray(seq)))[0]
   root, accepted = 0, 0
-  while root + 1 < width:
+  while root < len(tokens):
     hit = int(proposed[root] == int(seq[0, root + 1]))
     accepted, root = accepted + hit, root + hit + 1
   return accepted
@@ -95,8 +108,9 @@ def test_the_head_reads_the_targets_hidden_states_of_every_kept_token():
   ref = specjax.autoregressive_decode(target, tp, jnp.asarray(src), **kw)
   out = specjax.speculative_decode(target, tp, head, hp, jnp.asarray(src), gamma=1, **kw)
   np.testing.assert_array_equal(out.tokens, ref.tokens)
-  want = [_expected_accepted(head, hp, tp, s.tolist(),
-                             np.asarray(ref.tokens)[b, :int(n)].tolist())
+  drafts = _teacher_forced_drafts(head)
+  want = [_expected_accepted(drafts, hp, tp, s.tolist(),
+                             np.asarray(ref.tokens)[b, :int(n)].tolist(), 1 + 12)
           for b, (s, n) in enumerate(zip(src, np.asarray(ref.lengths)))]
   assert np.asarray(out.stats.accepted).tolist() == want
   assert sum(want) >= 6
@@ -273,23 +287,32 @@ def test_a_second_pass_learns_from_the_heads_own_states(tmp_path, capsys):
       target, tp, inputs, str(tmp_path / 'decodes'), 6, chunk=8, progress=False))
   head = EagleHead(target)
   own = head.init(jax.random.PRNGKey(3))
-  one, acc_one = eagle.loss_fn(own, head, tp, inputs, seqs, spans)
-  two, acc_two = eagle.loss_fn(own, head, tp, inputs, seqs, spans, passes=2)
+  # Each computation below is compiled as one program (not run operation by operation).
+  loss = {p: jax.jit(lambda o, p=p: eagle.loss_fn(o, head, tp, inputs, seqs, spans,
+                                                  passes=p)) for p in (1, 2)}
+  one, acc_one = loss[1](own)
+  two, acc_two = loss[2](own)
 
-  batch, width = seqs.shape
-  encoded = target.encode(tp, inputs)
-  logits, _, f = target.decode(tp, encoded, target.init_cache(batch, width), seqs,
-                               jnp.zeros((batch,), jnp.int32), return_hidden=True)
+  @jax.jit
+  def teacher_forced(own):
+    batch, width = seqs.shape
+    encoded = target.encode(tp, inputs)
+    logits, _, f = target.decode(tp, encoded, target.init_cache(batch, width), seqs,
+                                 jnp.zeros((batch,), jnp.int32), return_hidden=True)
 
-  def head_over(states):  # feature at t: states at t - 1 (zero at 0)
-    feats = jnp.pad(states[:, :-1], ((0, 0), (1, 0), (0, 0)))
-    g, head_logits, _ = head.run({'target': tp, 'own': own}, {'target': encoded},
-                                 head.init_cache(batch, width), seqs, feats,
-                                 jnp.zeros((batch,), jnp.int32))
-    return g, head_logits
+    def head_over(states):  # feature at t: states at t - 1 (zero at 0)
+      feats = jnp.pad(states[:, :-1], ((0, 0), (1, 0), (0, 0)))
+      g, head_logits, _ = head.run({'target': tp, 'own': own}, {'target': encoded},
+                                   head.init_cache(batch, width), seqs, feats,
+                                   jnp.zeros((batch,), jnp.int32))
+      return g, head_logits
 
-  g1, _ = head_over(f)
-  g2, logits2 = head_over(g1)
+    g1, _ = head_over(f)
+    g2, logits2 = head_over(g1)
+    return logits, f, g2, logits2
+
+  logits, f, g2, logits2 = teacher_forced(own)
+  width = seqs.shape[1]
   t = np.arange(width)[None]
   w = ((t >= np.asarray(spans)[:, :1] - 1) & (t + 1 < np.asarray(spans)[:, 1:])).astype(
       np.float32)
@@ -301,8 +324,7 @@ def test_a_second_pass_learns_from_the_heads_own_states(tmp_path, capsys):
   assert float(two) == pytest.approx((float(one) + second) / 2, rel=1e-4)
   assert abs(second - float(one)) > 1e-3  # the second pass read other features
   assert float(acc_two) == float(acc_one)
-  grads = [jax.grad(lambda o, p=p: eagle.loss_fn(o, head, tp, inputs, seqs, spans,
-                                                  passes=p)[0])(own) for p in (1, 2)]
+  grads = [jax.jit(jax.grad(lambda o, p=p: loss[p](o)[0]))(own) for p in (1, 2)]
   assert not np.allclose(grads[0]['fc']['kernel'], grads[1]['fc']['kernel'])
   with pytest.raises(ValueError, match='passes must be >= 1'):
     eagle.train(head, tp, (inputs, seqs, spans), str(tmp_path / 'w'), fit.Training(steps=1),

@@ -3,6 +3,8 @@ chains), REST's binary searches of a suffix array against a brute-force scan and
 anchored and floating lookups, the suffix proposer's matches; each sampling the target
 exactly (chi-square of the first three tokens against the enumerated distribution, with a
 broken tree rule that the same test rejects)."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,12 @@ from stats_util import chi_square_pvalue, enumerate_markov
 
 T1 = specjax.SamplingConfig(temperature=1.0)
 T07 = specjax.SamplingConfig(temperature=0.7, top_k=3, top_p=0.9)
+
+
+def _one_program(fn, *args, **static):
+  """fn(*args, **static) compiled as one program (static: the Python values it is shaped
+  by): the same operations as run one by one, at one compile instead of one per shape."""
+  return jax.jit(functools.partial(fn, **static))(*args)
 
 
 def _continuations(rows):
@@ -34,7 +42,8 @@ def test_the_trie_keeps_the_heaviest_nodes_breadth_first_with_their_parents():
   # 5 6 7, 5 6 8 and 9: nodes 5 (weight 2), 6 (2) below it, then 9, 7 and 8 (1 each).
   tokens, valid = _continuations([[[5, 6, 7], [5, 6, 8], [9]]])
   weight = jnp.ones((1, 3))
-  p = trie.tree(tokens, valid, weight, 4, fallback=1, vocab_size=10, greedy=True, state={})
+  p = _one_program(trie.tree, tokens, valid, weight, nodes=4, fallback=1, vocab_size=10,
+                   greedy=True, state={})
   # Of the weight-1 nodes the shallowest (9) comes first, then 7, retrieved before 8.
   assert p.tokens[0].tolist() == [5, 9, 6, 7]
   assert p.parents[0].tolist() == [-1, -1, 0, 2]
@@ -42,13 +51,15 @@ def test_the_trie_keeps_the_heaviest_nodes_breadth_first_with_their_parents():
   assert p.visible[0, 4].tolist() == [True, True, False, True, True]  # 7 sees 5 and 6
   # Weights count: 9 retrieved three times outweighs the path below 5.
   tokens, valid = _continuations([[[5, 6, 7], [9], [9], [9, 2]]])
-  p = trie.tree(tokens, valid, jnp.ones((1, 4)), 3, 1, 10, True, {})
+  p = _one_program(trie.tree, tokens, valid, jnp.ones((1, 4)), nodes=3, fallback=1,
+                   vocab_size=10, greedy=True, state={})
   assert p.tokens[0].tolist() == [5, 9, 6] and p.parents[0].tolist() == [-1, -1, 0]
 
 
 def test_a_small_trie_is_padded_with_fallback_children_of_the_root():
   tokens, valid = _continuations([[[4, 2]], [[-1]]])
-  p = trie.tree(tokens, valid, jnp.ones((2, 1)), 4, 1, 10, False, {})
+  p = _one_program(trie.tree, tokens, valid, jnp.ones((2, 1)), nodes=4, fallback=1,
+                   vocab_size=10, greedy=False, state={})
   assert p.tokens.tolist() == [[4, 2, 1, 1], [1, 1, 1, 1]]
   assert p.parents.tolist() == [[-1, 0, -1, -1], [-1, -1, -1, -1]]
   assert p.depth.tolist() == [[1, 2, 1, 1], [1, 1, 1, 1]]
@@ -57,12 +68,14 @@ def test_a_small_trie_is_padded_with_fallback_children_of_the_root():
 
 def test_the_chain_is_the_heaviest_path_and_drafts_only_what_was_retrieved():
   tokens, valid = _continuations([[[5, 6, 7], [5, 6, 8], [5, 3], [9]], [[-1]]])
-  p = trie.chain(tokens, valid, jnp.ones(tokens.shape[:2]), 5, 1, 10, True, {})
+  p = _one_program(trie.chain, tokens, valid, jnp.ones(tokens.shape[:2]), gamma=5, fallback=1,
+                   vocab_size=10, greedy=True, state={})
   # 5 (3 of 4), then 6 (2 of 3), then 7 (the first retrieved of the tie).
   assert p.tokens.tolist() == [[5, 6, 7, 1, 1], [1, 1, 1, 1, 1]]
   assert p.drafted.tolist() == [3, 1]
   # Weighted: the path of the heavier continuation wins.
-  p = trie.chain(tokens, valid, jnp.array([[1., 1., 3., 1.], [1.] * 4]), 3, 1, 10, True, {})
+  p = _one_program(trie.chain, tokens, valid, jnp.array([[1., 1., 3., 1.], [1.] * 4]), gamma=3,
+                   fallback=1, vocab_size=10, greedy=True, state={})
   assert p.tokens[0].tolist() == [5, 3, 1] and int(p.drafted[0]) == 2
 
 
@@ -114,7 +127,8 @@ def test_rest_looks_up_the_documents_that_begin_with_a_short_output_then_any_suf
   # '4 5' anywhere, and the shorter match '5' also continues 3; row 2 wrote nothing yet:
   # every document's first token, and no shorter match.
   seq = jnp.array([[0, 4, 5, 0, 0], [0, 3, 4, 5, 0], [0, 0, 0, 0, 0]])
-  cont, valid, weight = draft.retrieve(params, seq, jnp.array([2, 3, 0]), 2)
+  cont, valid, weight = _one_program(draft.retrieve, params, seq, jnp.array([2, 3, 0]),
+                                     depth=2)
   r = draft.samples
   assert cont.shape[1] == 2 * r and weight.shape == cont.shape[:2]
   np.testing.assert_allclose(np.asarray(weight)[:, :r], 1.0)
@@ -133,7 +147,8 @@ def test_rest_looks_up_the_documents_that_begin_with_a_short_output_then_any_suf
   assert longer[2] == [(2, 5), (4, 5), (4, 5), (4, 5), (8, 4)] and shorter[2] == []
   # A decoder-only row's text starts at position 0.
   draft, params = _store(documents, 2, _Target(encoder=False))
-  cont, valid, _ = draft.retrieve(params, jnp.array([[8, 4, 0]]), jnp.array([1]), 3)
+  cont, valid, _ = _one_program(draft.retrieve, params, jnp.array([[8, 4, 0]]), jnp.array([1]),
+                                depth=3)
   assert np.asarray(cont)[0, 0, :2].tolist() == [5, 9]
   assert np.asarray(valid)[0, 0].tolist() == [True, True, False]
 
@@ -143,7 +158,7 @@ def test_the_suffix_draft_retrieves_the_longest_earlier_matches_source_first():
   # output so far: 0 | 4 6 3 4 5 3 4 (its last tokens 5 3 4 at position 7); source 7 3 4 8.
   seq = jnp.array([[0, 4, 6, 3, 4, 5, 3, 4, 0, 0]])
   enc = draft.encode({}, jnp.array([[7, 3, 4, 8, 0]]))
-  cont, valid, weight = draft.retrieve(enc, seq, jnp.array([7]), 2)
+  cont, valid, weight = _one_program(draft.retrieve, enc, seq, jnp.array([7]), depth=2)
   rows = [tuple(int(t) for t, v in zip(c, ok) if v) for c, ok in zip(np.asarray(cont)[0],
                                                                    np.asarray(valid)[0])]
   # '3 4' (length 2) in the source -> 8 (the source ends after it), in the output -> 5 3;
@@ -223,7 +238,8 @@ def test_a_shorter_match_fills_the_nodes_the_longest_leaves_unused():
   for nodes, tokens, parents in ((2, [2, 3], [-1, 0]),
                                  (5, [2, 4, 5, 3, 1], [-1, -1, -1, 0, 1])):
     cfg = LoopConfig(gamma=2, max_decode_len=4, tree=tree.DynamicTree(nodes, 2, 3))
-    p = draft.propose(params, {}, {}, seq, jnp.array([5]), None, None, cfg)
+    p = _one_program(draft.propose, params, {}, {}, seq, jnp.array([5]), keys=None,
+                     sampling=None, cfg=cfg)
     assert p.tokens[0].tolist() == tokens
     assert p.parents[0].tolist() == parents
 
@@ -240,8 +256,8 @@ def test_a_mixture_weighs_each_parts_retrievals_to_one():
   # 4 0.03: the two heaviest, then all three in the order retrieved.
   for nodes, expected in ((2, [2, 5]), (3, [2, 4, 5])):
     cfg = LoopConfig(gamma=1, max_decode_len=4, tree=tree.DynamicTree(nodes, 1, 3))
-    p = mixture.propose({'0': params, '1': {}}, {'0': {}, '1': {}}, {}, seq,
-                        jnp.array([5]), None, None, cfg)
+    p = _one_program(mixture.propose, {'0': params, '1': {}}, {'0': {}, '1': {}}, {}, seq,
+                     jnp.array([5]), keys=None, sampling=None, cfg=cfg)
     assert p.tokens[0].tolist() == expected
     assert p.parents[0].tolist() == [-1] * nodes
 
