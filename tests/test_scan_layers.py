@@ -2,6 +2,7 @@
 unrolled twin, greedy and sampled, chains and trees, with refill, for T5 1.0 / 1.1 and the
 Llama and GPT-2 families; the layouts convert both ways; the program holds one layer."""
 import dataclasses
+import functools
 import json
 
 import jax
@@ -56,21 +57,20 @@ def _lm(family, seed, layers=3):
   return model, params
 
 
-def _pairs():
-  """(name, target, params, draft, params, inputs) of every family: unrolled models."""
-  out = []
-  for name, cfg in (('t5_1_1', t5_tiny), ('t5_1_0', t5_1_0_tiny)):
-    target, tp = _t5(cfg, 0)
+NAMES = ('gpt2', 'llama', 't5_1_0', 't5_1_1')
+
+
+@functools.lru_cache(maxsize=None)
+def _pair(name):
+  """(target, params, draft, params, inputs) of a family: unrolled models, made when a test
+  first asks (not when the file is collected, by every worker)."""
+  if name.startswith('t5'):
+    target, tp = _t5(t5_tiny if name == 't5_1_1' else t5_1_0_tiny, 0)
     draft, dp = _t5(t5_tiny_draft, 1, layers=1)
-    out.append((name, target, tp, draft, dp, T5_INPUTS))
-  for family in ('llama', 'gpt2'):
-    target, tp = _lm(family, 1)
-    draft, dp = _lm(family, 2, layers=1)
-    out.append((family, target, tp, draft, dp, LM_INPUTS))
-  return out
-
-
-PAIRS = {p[0]: p[1:] for p in _pairs()}
+    return target, tp, draft, dp, T5_INPUTS
+  target, tp = _lm(name, 1)
+  draft, dp = _lm(name, 2, layers=1)
+  return target, tp, draft, dp, LM_INPUTS
 
 
 def _stacks(model):
@@ -86,11 +86,11 @@ def _same(a, b):
   np.testing.assert_array_equal(np.asarray(a.lengths), np.asarray(b.lengths))
 
 
-@pytest.mark.parametrize('name', sorted(PAIRS))
+@pytest.mark.parametrize('name', NAMES)
 def test_scanned_decodes_as_unrolled(name):
   """Greedy and T=1, a chain (refilled: 5 or 4 inputs through 2 rows) and a dynamic tree,
   scanned target and draft against unrolled ones; greedy also against the target alone."""
-  target, tp, draft, dp, inputs = PAIRS[name]
+  target, tp, draft, dp, inputs = _pair(name)
   s_target, s_tp = _to_scanned(target, tp)
   s_draft, s_dp = _to_scanned(draft, dp)
   kw = dict(max_decode_len=10, slots=2)
@@ -111,7 +111,7 @@ def test_scanned_decodes_as_unrolled(name):
 def test_scanned_layer_order_matters():
   """Negative control: the comparison above can fail. The same stacked params with two
   layers swapped decode otherwise."""
-  target, tp, _, _, inputs = PAIRS['t5_1_1']
+  target, tp, _, _, inputs = _pair('t5_1_1')
   s_target, s_tp = _to_scanned(target, tp)
   swapped = jax.tree.map(lambda x: x[jnp.array([1, 0, 2])], s_tp['decoder'][scan.LAYERS])
   s_bad = {**s_tp, 'decoder': {**s_tp['decoder'], scan.LAYERS: swapped}}
@@ -125,7 +125,7 @@ def test_scanned_layer_order_matters():
 def test_layer_skip_of_a_scanned_target(name):
   """The target's first 2 of 3 layers draft in its stacked cache: greedy output the
   target's own, and every counter the unrolled layer-skip's."""
-  target, tp, _, _, inputs = PAIRS[name]
+  target, tp, _, _, inputs = _pair(name)
   s_target, s_tp = _to_scanned(target, tp)
   kw = dict(max_decode_len=10, gamma=3)
   unrolled = specjax.speculative_decode(target, tp, LayerSkip(target, 2), {}, inputs, **kw)
@@ -136,12 +136,12 @@ def test_layer_skip_of_a_scanned_target(name):
   np.testing.assert_array_equal(scanned.stats.accepted, unrolled.stats.accepted)
 
 
-@pytest.mark.parametrize('name', sorted(PAIRS))
+@pytest.mark.parametrize('name', NAMES)
 def test_layouts_convert_both_ways(name):
   """to_scanned stacks layer i at index i; to_unrolled gives back every array; a scanned
   model's init is its unrolled twin's draw stacked, and its param axes lead with
   'layers' on exactly the stacked leaves."""
-  target, tp, _, _, _ = PAIRS[name]
+  target, tp, _, _, _ = _pair(name)
   stacks = _stacks(target)
   scanned = scan.to_scanned(tp, stacks)
   for path in stacks:
@@ -172,7 +172,7 @@ def test_layouts_convert_both_ways(name):
 
 def test_scanned_training_is_refused():
   """Dropout runs only unrolled: one line naming the conversion."""
-  target, tp, _, _, inputs = PAIRS['t5_1_1']
+  target, tp, _, _, inputs = _pair('t5_1_1')
   s_target, s_tp = _to_scanned(target, tp)
   with pytest.raises(ValueError, match='to_scanned'):
     s_target.logits(s_tp, jnp.asarray(inputs), jnp.zeros((5, 3), jnp.int32),
@@ -183,7 +183,7 @@ def test_scanned_training_is_refused():
 def test_one_layer_in_the_program(name):
   """The scanned decode step's program does not grow with depth (one layer body); the
   unrolled one's does."""
-  target, _, _, _, _ = PAIRS[name]
+  target, _, _, _, _ = _pair(name)
 
   def size(model):
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
@@ -223,7 +223,7 @@ def test_the_command_line_decodes_as_unrolled_with_scan_layers(tmp_path, capsys)
 
 
 def test_an_eagle_head_refuses_a_scanned_target():
-  target, _, _, _, _ = PAIRS['t5_1_1']
+  target, _, _, _, _ = _pair('t5_1_1')
   from specjax.proposers.eagle import EagleHead  # pylint: disable=import-outside-toplevel
   with pytest.raises(ValueError, match='without --scan-layers'):
     EagleHead(_scanned(target))
@@ -232,7 +232,7 @@ def test_an_eagle_head_refuses_a_scanned_target():
 def test_scan_unroll_keeps_the_output():
   """scan_unroll (layers per scan iteration: straight-line code at L) changes the program,
   not the tokens."""
-  target, tp, _, _, inputs = PAIRS['t5_1_1']
+  target, tp, _, _, inputs = _pair('t5_1_1')
   s_target, s_tp = _to_scanned(target, tp)
   unrolled_scan = dataclasses.replace(s_target, config=s_target.config.replace(scan_unroll=3))
   kw = dict(max_decode_len=10)
