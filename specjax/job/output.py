@@ -11,9 +11,9 @@ only what is missing: every input once, in order. A run whose fingerprint differ
 refused with one line naming what changed.
 
 Folders missing from the path are made (and removed again when the run ends before its
-first record). One run writes a file at a time: the file is locked while its run lasts, and a second run
-on it is refused in one line. A sidecar that specjax did not write is never overwritten.
-`-` writes the records to standard output instead (nothing to resume).
+first record). One run writes a file at a time: the file is locked while its run lasts,
+and a second run on it is refused in one line. A sidecar that specjax did not write is
+never overwritten. `-` writes the records to standard output instead (nothing to resume).
 """
 from __future__ import annotations
 
