@@ -120,9 +120,12 @@ def test_gamma_auto_explains_its_choice(tmp_path, capsys):
   src = tmp_path / 'in.txt'
   src.write_text('\n'.join(SENTENCES) + '\n')
   code, stdout, stderr = _run_main(['--input', str(src), '--gamma', 'auto', '--json',
-                                    '--quiet', '--batch-size', '3', '--max-decode-len', '16',
+                                    '--batch-size', '3', '--max-decode-len', '16',
                                     '--max-gamma', '4'], capsys)
   assert code == 0, stderr
+  # the seconds of calibrating show on stderr (with the progress bar; --quiet drops both)
+  assert ('--gamma auto: measuring gammas 1..4 on 3 inputs, then timing the best against '
+          'the target alone\n') in stderr
   summary = json.loads(stdout.strip().splitlines()[-1])
   assert summary['identical_to_target'] is True
   # the gamma the measured alpha, c and v(K) predict fastest; 0 when it measured slower

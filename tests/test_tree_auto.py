@@ -162,6 +162,29 @@ def test_candidates_fit_the_depth_and_the_draft():
 BEFORE_LOAD = ['--target', 'no_such_model', '--quiet']
 
 
+def test_the_calibration_says_what_it_measures_before_it_does(monkeypatch, capsys):
+  """A calibration runs for seconds with nothing else on screen: its line comes first, on
+  stderr, and not at all without the progress bar (--quiet)."""
+  class Measured(Exception):
+    pass
+
+  def measure(*args):
+    raise Measured
+  monkeypatch.setattr(calibrate, '_calibration', measure)
+  said = []
+  for choose, extra in ((calibrate.choose_gamma, ()), (calibrate.choose_tree, ([1, 2],))):
+    with pytest.raises(Measured):
+      choose(None, None, None, None, np.zeros((4, 3)), None, 8, *extra, max_gamma=3,
+             probe=np.zeros((16, 3)), say=said.append)
+  assert said == ['--gamma auto: measuring gammas 1..3 on 16 inputs, then timing the best '
+                  'against the target alone',
+                  '--tree auto: measuring the chain (gammas 1..3) and 2 trees on 16 inputs, '
+                  'then timing the best against the target alone']
+  assert DecodeConfig(progress=False).say is None
+  DecodeConfig().say('a line')
+  assert capsys.readouterr().err == 'a line\n'
+
+
 @pytest.mark.parametrize('flags, tree', [
     (['--draft', 'rest'], 'auto'), (['--draft', 'suffix'], 'auto'),
     (['--draft', 'rest+suffix'], 'auto'), (['--draft', 'rest:/a/b'], 'auto'),

@@ -3,7 +3,7 @@ with `--tree auto`, pick the chain or a token tree (`choose_tree`)."""
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -40,6 +40,11 @@ def tokens_per_second(decodes, passes: int) -> list:
   return [n / max(b, 1e-9) for n, b in zip(tokens, best)]
 
 
+def _count(inputs, probe) -> int:
+  """How many inputs the calibration's decodes run on: the probe's, or the batch's."""
+  return len(inputs if probe is None else probe)
+
+
 def _calibration(target, tp, draft, dp, inputs, sampling, max_decode_len, max_gamma, mesh,
                  rules, probe, slots):
   """What `choose_gamma` and `choose_tree` both start from: the params and inputs placed
@@ -59,7 +64,8 @@ def _calibration(target, tp, draft, dp, inputs, sampling, max_decode_len, max_ga
 def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
                  max_decode_len: int, max_gamma: int = 8, probe_gamma: int = 4,
                  mesh=None, rules: Optional[axis_rules.Rules] = None, probe=None,
-                 slots: Optional[int] = None, passes: int = 3, **rule
+                 slots: Optional[int] = None, passes: int = 3,
+                 say: Optional[Callable[[str], None]] = None, **rule
                  ) -> Tuple[int, str, dict]:
   """Picks gamma where the decode will run, or 0 (the target alone) when no gamma wins.
 
@@ -80,6 +86,7 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     probe: [U, S] the inputs the decodes are timed on (default `inputs`).
     slots: decode the probe through this many refilling rows, as the run does.
     passes: timed passes of each decode (each keeps its fastest).
+    say: called with a line saying what is measured, before it is (progress), or None.
     **rule: verification, draft_threshold, threshold_rule, lenience, as the run.
 
   Returns:
@@ -87,6 +94,9 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     with the measured numbers, and the measurements (c, v, 'alpha', 'predicted_best',
     'predicted_speedup', 'measured_speedup', the 'devices' the calls ran on).
   """
+  if say:
+    say(f'--gamma auto: measuring gammas 1..{max_gamma} on {_count(inputs, probe)} inputs, '
+        'then timing the best against the target alone')
   tp, dp, inputs, probe, costs, kw = _calibration(target, tp, draft, dp, inputs, sampling,
                                                   max_decode_len, max_gamma, mesh, rules,
                                                   probe, slots)
@@ -160,7 +170,8 @@ def draft_call_costs(draft, tp, dp, inputs, widths: Sequence[int]) -> Dict[int, 
 def choose_tree(target, tp, draft, dp, inputs, sampling: SamplingConfig,
                 max_decode_len: int, trees: Sequence[tree_auto.Tree], max_gamma: int = 8,
                 probe_gamma: int = 4, mesh=None, rules: Optional[axis_rules.Rules] = None,
-                probe=None, slots: Optional[int] = None, passes: int = 3, **rule) -> tuple:
+                probe=None, slots: Optional[int] = None, passes: int = 3,
+                say: Optional[Callable[[str], None]] = None, **rule) -> tuple:
   """`--tree auto`: picks the best chain, a token tree, or the target alone.
 
   Measures c and v(K) as `choose_gamma` does and takes the chain's gamma G by the paper's
@@ -183,6 +194,7 @@ def choose_tree(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     probe: [U, S] the inputs the decodes run on (default `inputs`).
     slots: decode the probe through this many refilling rows, as the run does.
     passes: timed passes of the two timed decodes (each keeps its fastest).
+    say: called with a line saying what is measured, before it is (progress), or None.
     **rule: verification, draft_threshold, threshold_rule, lenience, as the run.
 
   Returns:
@@ -197,6 +209,9 @@ def choose_tree(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     'predicted_speedup' and 'measured_speedup' (that candidate's), 'chosen' (its name, or
     'target alone').
   """
+  if say:
+    say(f'--tree auto: measuring the chain (gammas 1..{max_gamma}) and {len(trees)} trees '
+        f'on {_count(inputs, probe)} inputs, then timing the best against the target alone')
   tp, dp, inputs, probe, costs, kw = _calibration(target, tp, draft, dp, inputs, sampling,
                                                   max_decode_len, max_gamma, mesh, rules,
                                                   probe, slots)

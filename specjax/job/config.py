@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Optional, Union
+import sys
+from typing import Callable, Optional, Union
 
 from specjax.core.rule import THRESHOLD_RULES, VerificationRule
 from specjax.core.sampling import SamplingConfig
@@ -211,6 +212,12 @@ class DecodeConfig:
   def sampling(self) -> SamplingConfig:
     """The sampling settings (temperature, top-k, top-p)."""
     return SamplingConfig(self.temperature, self.top_k, self.top_p)
+
+  @property
+  def say(self) -> Optional[Callable[[str], None]]:
+    """Writes a progress line to stderr, for work that shows nothing else for seconds (a
+    calibration); None where there is no progress bar either (--quiet)."""
+    return (lambda line: print(line, file=sys.stderr, flush=True)) if self.progress else None
 
   @property
   def auto_gammas(self) -> int:

@@ -129,7 +129,7 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
   gamma, reason, costs = calibrate.choose_gamma(
       target, tp, draft, dp, probe[:job.batch_size], job.sampling, job.max_decode_len,
       max_gamma=most, probe_gamma=min(4, most), mesh=mesh, rules=job_rules(job), probe=probe,
-      slots=job.batch_size if job.refill else None, **rule_kwargs(job))
+      slots=job.batch_size if job.refill else None, say=job.say, **rule_kwargs(job))
   calibration = {'alpha': costs['alpha'], 'c': costs['c'],
                  'v': {str(k): x for k, x in costs['v'].items()},
                  'predicted_best': costs['predicted_best'],
@@ -191,7 +191,7 @@ def _choose_tree(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
   gamma, tree, reason, calibration = calibrate.choose_tree(
       target, tp, draft, dp, probe[:job.batch_size], job.sampling, job.max_decode_len,
       trees, max_gamma=most, probe_gamma=min(4, most), mesh=mesh, rules=job_rules(job),
-      probe=probe, slots=job.batch_size if job.refill else None, **rule_kwargs(job))
+      probe=probe, slots=job.batch_size if job.refill else None, say=job.say, **rule_kwargs(job))
   chosen = tree_auto.to_json(tree)
   kept = gamma_choice.remember(key, gamma, reason, calibration, tree=chosen, tree_auto=True)
   if kept:
@@ -224,7 +224,7 @@ def _choose_draft(job: DecodeConfig, loaded, inputs: Inputs, mesh, output, sourc
   spec, gamma, tree, reason, calibration = draft_auto.choose(
       job, target, tp, vocab, _probe(job, inputs), mesh, job_rules(job),
       lambda d: _most(job, d), fits, rule_kwargs(job),
-      echo=(lambda line: print(line, file=sys.stderr, flush=True)) if job.progress else None)
+      echo=job.say)
   kept = gamma_choice.remember(key, gamma, reason, calibration, tree=tree, tree_auto=True,
                                draft=spec)
   reason += f'{KEPT_IN}{kept} for reruns of this setting' if kept else ''
