@@ -16,7 +16,7 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional
 
 DEFAULT_DIR = 'specjax_reports'
 
@@ -81,14 +81,23 @@ def write_json(path: str, data: Any) -> None:
   write_text(path, json.dumps(data, indent=1) + '\n')
 
 
+def missing_folders(path: str) -> List[str]:
+  """The folders of `path` that do not exist yet, innermost first."""
+  missing = []
+  folder = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(folder):
+    missing.append(folder)
+    folder = os.path.dirname(folder)
+  return missing
+
+
 def unwritable(path: str) -> Optional[str]:
   """Why `path` cannot be written (a folder, or a folder that cannot be made or written
   to), or None: checked before a long run rather than after it."""
   if os.path.isdir(path):
     return 'is a directory; name a file'
-  folder = os.path.dirname(os.path.abspath(path))
-  while not os.path.exists(folder):
-    folder = os.path.dirname(folder)
+  missing = missing_folders(path)
+  folder = os.path.dirname(missing[-1] if missing else os.path.abspath(path))
   if not os.path.isdir(folder):
     return f'{folder} is not a directory'
   if not os.access(folder, os.W_OK | os.X_OK) or (

@@ -54,7 +54,7 @@ class JsonlOutput:
     self._begun = False
     self._made = []  # folders made for the file, innermost first
     try:
-      for folder in reversed(_missing_folders(self.path)):
+      for folder in reversed(reports.missing_folders(self.path)):
         os.mkdir(folder)
         self._made.insert(0, folder)
       self._file = open(self.path, 'a+b')  # pylint: disable=consider-using-with
@@ -196,16 +196,6 @@ class StdoutOutput:
 
   def close(self) -> None:
     sys.stdout.flush()
-
-
-def _missing_folders(path: str) -> List[str]:
-  """The folders of `path` that do not exist yet, innermost first."""
-  missing = []
-  folder = os.path.dirname(os.path.abspath(path))
-  while not os.path.exists(folder):
-    missing.append(folder)
-    folder = os.path.dirname(folder)
-  return missing
 
 
 def done_prefix(lines: List[bytes], examples: Sequence[dict]) -> int:
