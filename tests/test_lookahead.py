@@ -67,6 +67,24 @@ def test_the_window_is_always_verified_and_pool_n_grams_after_the_root_join_it()
   assert [2, 9, 5] in p.state['pool'][0].tolist()
 
 
+def test_a_fresh_window_guesses_the_source_copied_in_place_or_the_last_tokens_repeated():
+  """An encoder-decoder's first call: level l's d-th guess is the source's token d + l
+  (padding, -2, is none: the decoder's own last tokens stand in); a decoder-only row's
+  window is its last W tokens repeated, level l l places on."""
+  draft = LookaheadDraft(20, window=3, ngram=3, guesses=1, pool=8, source=True)
+  cfg = LoopConfig(gamma=2, max_decode_len=8, tree=draft.tree_spec())
+  seq = jnp.array([[0, 0, 0, 0, 0, 0, 0, 0]])
+  source = {'source': jnp.array([[11, 12, 13, -2, -2]])}
+  p = draft.propose({}, source, draft.init_cache(1, 8), seq, jnp.array([0]), None, None, cfg)
+  assert p.state['window'].tolist() == [[[11, 12, 13], [12, 13, 0]]]
+  assert p.state['pool'][0, 0].tolist() == [11, 12, 13]  # the source's n-gram seeds the pool
+  # A decoder-only target (no source) at position 3 of 5 6 7 8.
+  plain = LookaheadDraft(20, window=3, ngram=3, guesses=1, pool=8, source=False)
+  seq = jnp.array([[5, 6, 7, 8, 0, 0, 0, 0]])
+  p = plain.propose({}, source, plain.init_cache(1, 8), seq, jnp.array([3]), None, None, cfg)
+  assert p.state['window'].tolist() == [[[6, 7, 8], [7, 8, 8]]]
+
+
 def _lines(task, count=12):
   return _test_lines(f'{task}_', count)
 

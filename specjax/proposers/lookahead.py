@@ -28,7 +28,8 @@ call's randomness.
 The window and the pool are the proposer's state, laid out as a cache with a 'batch' axis
 (a mesh shards it by rows); a row's state starts afresh at its first call and whenever its
 root does not move forward (a refilled slot's new input), so each input's proposals depend
-on its own decode alone.
+on its own decode alone. A fresh window guesses an encoder-decoder's output to be its input
+copied in place, and a decoder-only row's next tokens to repeat its last ones.
 
 Shape letters: B rows, L = N - 1 levels, W window, N n-gram size, G guesses verified,
 P pool capacity, M tree slots, D depth.
@@ -62,7 +63,11 @@ class LookaheadDraft(copy_lib.SourceReader):
     ngram: N >= 2, the n-grams' length (the window's N - 1 levels).
     guesses: G >= 1, the n-grams verified per call.
     pool: P, the n-grams kept per row.
-    source: an encoder-decoder's input seeds a row's pool (its first P n-grams).
+    source: an encoder-decoder's input seeds a row's pool (its first P n-grams) and its
+      window's first guesses (`_first_guesses`).
+    window_from_source: off, the window's first guesses are the row's last tokens
+      whatever `source` says (as before the source seeded them; compared in
+      scripts/lookahead_trees.py).
     eos_id, pad_id: the target's.
   """
 
@@ -72,6 +77,7 @@ class LookaheadDraft(copy_lib.SourceReader):
   guesses: int = 4
   pool: int = 256
   source: bool = True
+  window_from_source: bool = True
   eos_id: int = 1
   pad_id: int = 0
   wants_scores = True
@@ -121,16 +127,36 @@ class LookaheadDraft(copy_lib.SourceReader):
     del params, encoded, prompt
     return state
 
+  def _first_guesses(self, encoded: dict, seq: jax.Array, pos: jax.Array) -> jax.Array:
+    """A fresh row's window [B, L, W]: level l's d-th guess, for the token d + l places
+    after the root, is the source's token at pos + d + l (an encoder-decoder's output
+    guessed as its input copied in place); where the source holds none there (or
+    `source` is off: a decoder-only target), the row's last W tokens, level l starting
+    l places on (the root repeated past its end).
+
+    Jacobi iteration may start from any guesses. The row's own last tokens are all one
+    token at an encoder-decoder's first call (the decoder's start), so every column of
+    the window would be the same guess and every branch read the same n-gram; the source
+    gives each column its own (the EnDe task's greedy tokens per call 1.15 against 1.28
+    with W, N, G = 5, 3, 4: docs/benchmarks.md, "Lookahead decoding").
+    """
+    offset = jnp.arange(self.window)[None, None] + jnp.arange(self.levels)[None, :, None]
+    back = jnp.clip(pos[:, None, None] - self.window + 1 + offset, 0, pos[:, None, None])
+    guess = jnp.take_along_axis(seq[:, None], back, axis=2)  # [B, L, W]
+    src = encoded.get('source') if self.source and self.window_from_source else None
+    if src is None:
+      return guess
+    at = jnp.clip(pos[:, None, None] + offset, 0, src.shape[1] - 1)  # [B, L, W]
+    copied = jnp.take_along_axis(src[:, None], at, axis=2)
+    return jnp.where(copied >= 0, copied, guess)  # padding (negative) is no guess
+
   def _fresh(self, state: dict, encoded: dict, seq: jax.Array, pos: jax.Array,
              depth: int) -> dict:
-    """The state, started afresh in rows whose root did not move forward (level l guesses
-    that the last W tokens repeat, l positions on; the pool seeded by the source), then
-    with the n-grams of the tokens committed since the last call."""
+    """The state, started afresh in rows whose root did not move forward (the window's
+    first guesses, `_first_guesses`; the pool seeded by the source), then with the
+    n-grams of the tokens committed since the last call."""
     fresh = (pos <= state['root']) | (state['root'] < 0)  # [B]: a new input
-    back = (pos[:, None, None] - self.window + 1 + jnp.arange(self.window)[None, None]
-            + jnp.arange(self.levels)[None, :, None])
-    back = jnp.clip(back, 0, pos[:, None, None])  # [B, L, W]
-    guess = jnp.take_along_axis(seq[:, None], back, axis=2)  # [B, L, W]
+    guess = self._first_guesses(encoded, seq, pos)
     pick = lambda new, old: jnp.where(fresh.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)
     seed, seeded = self._seed(encoded, pos.shape[0])
     pool = pick(seed, state['pool'])
