@@ -53,6 +53,7 @@ def settings(task: str) -> dict:
           'rest+suffix': CHAINS + TRIES + [BIG_TRIE],
           'lookahead:5,3,4': [proposer_trees.OWN_TREE],
           'lookahead:4,4,4': [proposer_trees.OWN_TREE],
+          'lookahead:12,3,8': [proposer_trees.OWN_TREE],
           f'cascade:{model}/bigram': CHAINS, f'cascade:{model}/suffix': CHAINS,
           f'cascade:{model}:2,rest': ['chain 4', 'chain 6']}
 
