@@ -18,7 +18,7 @@ from specjax.checkpoints.registry import DEFAULT_CHECKPOINTS, MANLM_ASSETS, bund
 from specjax.core import tree_accept
 from specjax.core.sampling import SamplingConfig
 from specjax.core.state import LoopConfig
-from specjax.job import decode_job, drafts
+from specjax.job import decode_job, drafts, tree_checks
 from specjax.job.inputs import tokenize
 from specjax.models.markov import MarkovModel
 from specjax.proposers.lookahead import LookaheadDraft
@@ -83,6 +83,16 @@ def test_a_fresh_window_guesses_the_source_copied_in_place_or_the_last_tokens_re
   seq = jnp.array([[5, 6, 7, 8, 0, 0, 0, 0]])
   p = plain.propose({}, source, plain.init_cache(1, 8), seq, jnp.array([3]), None, None, cfg)
   assert p.state['window'].tolist() == [[[6, 7, 8], [7, 8, 8]]]
+
+
+def test_the_summary_says_lookahead_calibrates_nothing_without_offering_tree_auto():
+  """--gamma auto (the default) has nothing to choose for lookahead, whose tree its W, N, G
+  shape; --tree auto, which it refuses, is named only for a tree given by flags."""
+  job = decode.parse_config(['--draft', 'lookahead:4,4,4'])
+  reason = tree_checks.given_tree_reason(job, job.token_tree)
+  assert 'its own tree of 24 nodes (gamma 6' in reason and '--tree auto' not in reason
+  plain = decode.parse_config(['--tree-nodes', '8', '--tree-depth', '4'])
+  assert '--tree auto picks' in tree_checks.given_tree_reason(plain, plain.token_tree)
 
 
 def _lines(task, count=12):

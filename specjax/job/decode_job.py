@@ -18,7 +18,7 @@ import numpy as np
 from specjax.checkpoints.registry import bundled
 from specjax.core import api, proposal
 from specjax.job import (calibrate, draft_auto, gamma_choice, memory_check, task_data,
-                         tree_auto)
+                         tree_auto, tree_checks)
 from specjax.job.config import AUTO, DecodeConfig
 from specjax.job.fingerprint import run_fingerprint
 from specjax.job.inputs import batches, pad_to_bucket, tokenize
@@ -105,9 +105,8 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
   setting when there is one (`gamma_choice`), else calibrated and cached."""
   tree = job.token_tree
   if tree is not None:  # a tree is used as given: its depth is its gamma
-    return tree.depth_count, (None if job.gamma != AUTO else (
-        f'not calibrated: the tree is used as given (gamma {tree.depth_count}, its depth); '
-        '--tree auto picks the chain or a tree by calibration')), None
+    return tree.depth_count, (None if job.gamma != AUTO else
+                              tree_checks.given_tree_reason(job, tree)), None
   if job.gamma != AUTO:
     return job.gamma, None, None
   auto = fingerprint(AUTO)

@@ -32,6 +32,17 @@ def retrieval_tree_default(cfg):
   return cfg.replace(tree=AUTO)
 
 
+def given_tree_reason(cfg, tree) -> str:
+  """Why --gamma auto calibrates nothing when cfg decodes with `tree` (a DynamicTree or
+  StaticTree) as given: its depth is the gamma; --tree auto is named where it applies
+  (lookahead's tree is its own)."""
+  if drafts.is_lookahead(cfg.draft):
+    return (f'not calibrated: {cfg.draft} verifies its own tree of {tree.num_nodes} nodes '
+            f'(gamma {tree.depth_count}, its depth); --draft lookahead:W,N,G shapes it')
+  return (f'not calibrated: the tree is used as given (gamma {tree.depth_count}, its depth); '
+          '--tree auto picks the chain or a tree by calibration')
+
+
 def check_tree(cfg) -> None:
   """One-line ValueErrors for a tree that cannot run as asked (`DecodeConfig.check`).
 
