@@ -104,17 +104,19 @@ def evaluate(job: DecodeJob, max_examples: Optional[int] = None) -> Dict[str, ob
   rng = jax.random.PRNGKey(job.seed)
   ids = lambda start: np.arange(start, start + job.batch_size, dtype=np.int32)
   kw = dict(sampling=sampling, rng=rng)
+  tree = job.token_tree  # lookahead's own tree (evaluate takes no tree flags), else a chain
+  shape = dict(gamma=job.gamma) if tree is None else dict(gamma=tree.depth_count, tree=tree)
   runs = {
       'speculative': Predictor(lambda x, n, start, real: api.speculative_decode(
-          target, tp, draft, dp, x, gamma=job.gamma, max_decode_len=n, row_ids=ids(start),
-          num_inputs=real, **kw), job.batch_size),
+          target, tp, draft, dp, x, max_decode_len=n, row_ids=ids(start),
+          num_inputs=real, **shape, **kw), job.batch_size),
       'target': Predictor(lambda x, n, start, real: api.autoregressive_decode(
           target, tp, x, max_decode_len=n, row_ids=ids(start), num_inputs=real, **kw),
           job.batch_size)}
   evaluator = seqio.Evaluator(
       mixture_or_task_name=job.task, feature_converter=seqio.EncDecFeatureConverter(
           pack=False), eval_split=job.split, num_examples=max_examples, logger_cls=())
-  result = dict(task=job.task, split=job.split, gamma=job.gamma,
+  result = dict(task=job.task, split=job.split, gamma=shape['gamma'],
                 temperature=job.temperature, target_model=job.target, draft_model=job.draft)
   for name, run in runs.items():
     metrics, _ = evaluator.evaluate(compute_metrics=True, predict_fn=run)

@@ -84,6 +84,18 @@ def test_evaluate_reports_equal_metrics_through_seqio_evaluator():
   assert re.search(r'speedup [0-9.]+x', text)
 
 
+def test_evaluate_with_lookahead_verifies_its_own_tree():
+  """--draft lookahead has no chain: evaluate decodes with its own tree (W, N, G = 5, 3, 4:
+  18 nodes, 6 deep), and the greedy metrics are the target alone's."""
+  text = real_t5x.run_module('specjax.evaluate', '--task', TASK, '--split', 'test',
+                             '--draft', 'lookahead', '--max-examples', '16').stdout
+  assert re.search(r'specjax_demo_ende test: 16 examples, .* draft lookahead, gamma 6,', text)
+  (spec, alone), = _bleu_lines(text)
+  assert spec == alone
+  per_call = float(re.search(r'([0-9.]+) tokens per target call', text).group(1))
+  assert per_call > 1.0
+
+
 def test_task_errors_are_one_line():
   proc = real_t5x.subprocess.run(
       [real_t5x.sys.executable, '-m', 'specjax.decode', '--task', 'no_such_task', '--quiet'],
