@@ -28,12 +28,26 @@ FIELDS = ('task', 'split', 'max_examples', 'target', 'draft', 'target_checkpoint
           'batch_size', 'dtype', 'compile_cache', 'use_compile_cache', 'json')
 
 
+# evaluate decodes with the draft and gamma it is given: no --gamma auto, --draft auto or
+# tree flags (python -m specjax.decode's).
+HELPS = {
+    'gamma': 'draft tokens per target call, an integer (--gamma auto is python -m '
+             'specjax.decode\'s)',
+    'draft': 'draft registry name (demo_draft, t5_small, manlm_draft, ...) or checkpoint '
+             'directory, or a proposer with no draft model as python -m specjax.decode '
+             '--help lists them (copy, bigram, copy+NAME, layerskip:M, medusa[:PATH], '
+             'eagle[:PATH], rest[:DIR], suffix, rest+suffix, lookahead[:W,N,G], cascades), '
+             'each verifying its chain of --gamma (lookahead its own tree, whose depth is '
+             'the gamma); not auto'}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(
       prog='python -m specjax.evaluate',
       description='A seqio Task\'s metrics for the speculative decode and the target alone.',
       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  flags.add_flags(p, DecodeConfig, only=FIELDS, defaults={'gamma': 4}, required=('task',))
+  flags.add_flags(p, DecodeConfig, only=FIELDS, defaults={'gamma': 4}, required=('task',),
+                  helps=HELPS)
   return p.parse_args(argv)
 
 

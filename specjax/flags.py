@@ -68,7 +68,7 @@ def _scalar_type(cls, field: dataclasses.Field):
 
 def add_flags(parser: argparse.ArgumentParser, cls, only: Optional[Iterable[str]] = None,
               defaults: Optional[Dict[str, Any]] = None,
-              required: Iterable[str] = ()) -> None:
+              required: Iterable[str] = (), helps: Optional[Dict[str, str]] = None) -> None:
   """Adds the flags of `cls`'s command-line fields to `parser`.
 
   Args:
@@ -77,6 +77,7 @@ def add_flags(parser: argparse.ArgumentParser, cls, only: Optional[Iterable[str]
     only: the field names to add (default: every command-line field), in this order.
     defaults: other defaults for some fields (e.g. a tool that measures at batch 1).
     required: fields the tool needs a value for.
+    helps: other help texts for some fields (a tool that takes fewer of their values).
   """
   fields = {f.name: f for f in cli_fields(cls)}
   defaults, required = dict(defaults or {}), set(required)
@@ -85,7 +86,7 @@ def add_flags(parser: argparse.ArgumentParser, cls, only: Optional[Iterable[str]
     field = fields[name]
     meta, default = field.metadata, defaults.get(name, field.default)
     kind = _scalar_type(cls, field)
-    kw = dict(dest=_dest(field), help=meta['help'])
+    kw = dict(dest=_dest(field), help=(helps or {}).get(name, meta['help']))
     if kind is bool:  # a switch: --NAME sets True, --no-NAME (dest no_NAME) sets False
       kw.update(action='store_true')
     else:

@@ -84,3 +84,22 @@ def test_a_file_that_requires_a_missing_package_skips_or_fails_as_asked(tmp_path
   failed = run(**{hf_for_tests.REQUIRE_ENV: '1'})
   assert failed.returncode == 1 and '2 errors' in failed.stdout, failed.stdout
   assert 'built first' not in failed.stdout and 'ModuleNotFoundError' in failed.stdout
+
+
+def test_evaluate_help_offers_only_what_evaluate_takes(capsys):
+  """evaluate decodes with the draft and the integer gamma it is given: its --help names
+  neither --gamma auto's calibration nor --draft auto, which it refuses, as its own."""
+  from specjax import evaluate  # pylint: disable=import-outside-toplevel
+  with pytest.raises(SystemExit):
+    evaluate.parse_args(['--help'])
+  text = ' '.join(capsys.readouterr().out.split())
+  assert '--gamma auto is python -m specjax.decode\'s' in text
+  assert 'lookahead its own tree, whose depth is the gamma' in text
+  for decode_only in ('pick the gamma the formula predicts', 'calibrates each proposer',
+                      '--tree auto weighs'):
+    assert decode_only not in text
+  with pytest.raises(SystemExit):
+    decode.parse_args(['--help'])
+  decode_text = ' '.join(capsys.readouterr().out.split())
+  assert all(s in decode_text for s in (
+      'pick the gamma the formula predicts', 'calibrates each proposer'))  # decode's own
