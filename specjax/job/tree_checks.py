@@ -33,8 +33,8 @@ def retrieval_tree_default(cfg):
 
 
 def given_tree_reason(cfg, tree) -> str:
-  """Why --gamma auto calibrates nothing when cfg decodes with `tree` (a DynamicTree or
-  StaticTree) as given: its depth is the gamma; --tree auto is named where it applies
+  """Why --gamma auto calibrates nothing when cfg decodes with `tree` (a TreeShape or a
+  DynamicTree) as given: its depth is the gamma; --tree auto is named where it applies
   (lookahead's tree is its own)."""
   if drafts.is_lookahead(cfg.draft):
     return (f'not calibrated: {cfg.draft} verifies its own tree of {tree.num_nodes} nodes '
