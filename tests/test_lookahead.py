@@ -76,15 +76,15 @@ def test_a_fresh_window_guesses_the_source_copied_in_place_or_the_last_tokens_re
   seq = jnp.array([[0, 0, 0, 0, 0, 0, 0, 0]])
   source = {'source': jnp.array([[11, 12, 13, -2, -2]])}
   # Each proposal as one compiled program (op by op, eager jnp compiles each operation).
-  propose = lambda d, enc, pos: jax.jit(lambda e, q, at: d.propose(
-      {}, e, d.init_cache(1, 8), q, at, None, None, cfg))(enc, seq, pos)
-  p = propose(draft, source, jnp.array([0]))
+  propose = lambda d, enc, tokens, pos: jax.jit(lambda e, q, at: d.propose(
+      {}, e, d.init_cache(1, 8), q, at, None, None, cfg))(enc, tokens, pos)
+  p = propose(draft, source, seq, jnp.array([0]))
   assert p.state['window'].tolist() == [[[11, 12, 13], [12, 13, 0]]]
   assert p.state['pool'][0, 0].tolist() == [11, 12, 13]  # the source's n-gram seeds the pool
   # A decoder-only target (no source) at position 3 of 5 6 7 8.
   plain = LookaheadDraft(20, window=3, ngram=3, guesses=1, pool=8, source=False)
   seq = jnp.array([[5, 6, 7, 8, 0, 0, 0, 0]])
-  p = propose(plain, source, jnp.array([3]))
+  p = propose(plain, source, seq, jnp.array([3]))
   assert p.state['window'].tolist() == [[[6, 7, 8], [7, 8, 8]]]
 
 
