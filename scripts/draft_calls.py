@@ -74,7 +74,8 @@ def counted_decode(target, tp, draft, dp, inputs, *, gamma: int, max_decode_len:
 
   Returns:
     {'tokens' [N, L], 'calls' (the draft model's batched calls), 'proposals' (the loop's
-    iterations), 'calls_per_proposal'}.
+    iterations), 'calls_per_proposal', 'drafted' and 'target_calls' [N] (each input's
+    draft tokens proposed and its target calls)}.
   """
   width = int(target.decoder_prompt(inputs[:1])[0].shape[1])
   widest = gamma + getattr(draft, 'inner_gamma', 0) + 1
@@ -100,4 +101,6 @@ def counted_decode(target, tp, draft, dp, inputs, *, gamma: int, max_decode_len:
     raise AssertionError(f'rows counted unequal calls: {calls}')
   proposals = int(out.iterations)
   return {'tokens': np.asarray(out.tokens), 'calls': int(calls[0]), 'proposals': proposals,
-          'calls_per_proposal': int(calls[0]) / max(proposals, 1)}
+          'calls_per_proposal': int(calls[0]) / max(proposals, 1),
+          'drafted': np.asarray(out.stats.drafted),
+          'target_calls': np.asarray(out.stats.target_calls)}

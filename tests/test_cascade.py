@@ -14,6 +14,7 @@ import pytest
 import specjax
 from specjax import decode
 from specjax.core import acceptance
+from specjax.core import proposal as proposal_lib
 from specjax.core.sampling import SamplingConfig, SamplingParams
 from specjax.core.state import LoopConfig, split_keys
 from specjax.job import drafts
@@ -110,22 +111,45 @@ def test_a_cascade_whose_inner_rule_keeps_the_residual_is_rejected(monkeypatch):
   assert chi_square_pvalue(x, expected) < 1e-6
 
 
-@pytest.mark.parametrize('kind', ['vertical', 'horizontal'])
-def test_sampled_cascades_follow_the_target_on_the_first_three_tokens(kind):
+def _sampled_first_tokens(kind):
+  """The first STEPS tokens of N sampled decodes of PROMPT with a cascade of `kind`, and
+  their exactly enumerated target probabilities."""
   target = MarkovModel(6)
   tp = target.init(jax.random.PRNGKey(10), 1.5)
   vertical, params = _markov_cascade()
-  cascade = vertical if kind == 'vertical' else HorizontalCascade(
-      as_proposer(vertical.draft), vertical.inner, 1)
   if kind == 'horizontal':
+    cascade = HorizontalCascade(as_proposer(vertical.draft), vertical.inner, 1)
     params = {'first': params['draft'], 'rest': params['inner']}
+  else:  # capped: one call of the draft model keeps 1 to 3 of the chain of 3
+    cascade = VerticalCascade(vertical.draft, vertical.inner, 2,
+                              max_calls=1 if kind == 'vertical-capped' else None)
   out = specjax.speculative_decode(target, tp, cascade, params,
                                    jnp.tile(jnp.array([PROMPT]), (N, 1)), gamma=3,
                                    max_decode_len=STEPS, sampling=T1,
                                    rng=jax.random.PRNGKey(4))
   expected = enumerate_markov(target.transition_probs(tp, T1), PROMPT[-1], STEPS)
+  return out, expected
+
+
+@pytest.mark.parametrize('kind', ['vertical', 'vertical-capped', 'horizontal'])
+def test_sampled_cascades_follow_the_target_on_the_first_three_tokens(kind):
+  out, expected = _sampled_first_tokens(kind)
   assert chi_square_pvalue(np.asarray(out.tokens), expected) > 1e-3
   assert int(out.stats.accepted.sum()) > 0
+  if kind == 'vertical-capped':  # the cap cut chains short, and not all of them
+    drafted = np.asarray(out.stats.drafted) / np.asarray(out.stats.target_calls)
+    assert drafted.min() < 3 and drafted.max() > 1
+
+
+def test_a_capped_cascade_that_claims_its_whole_chain_is_rejected(monkeypatch, fresh_programs):
+  """The negative control: a capped cascade that says it proposed all G tokens, those past
+  what it holds included (cheap guesses its draft model turned down), fails the same test."""
+  del fresh_programs
+  whole = proposal_lib.chain
+  monkeypatch.setattr(proposal_lib, 'chain', lambda x, q, state, bad, drafted: whole(
+      x, q, state, bad, jnp.full_like(drafted, x.shape[1])))
+  out, expected = _sampled_first_tokens('vertical-capped')
+  assert chi_square_pvalue(np.asarray(out.tokens), expected) < 1e-6
 
 
 @pytest.mark.parametrize('args, named', [
@@ -135,7 +159,8 @@ def test_sampled_cascades_follow_the_target_on_the_first_three_tokens(kind):
     (['--draft', 'cascade:demo_draft/bigram', '--tree-nodes', '4', '--tree-depth', '2'],
      'drafts chains'),
     (['--draft', 'cascade:demo_draft/rest:/nonexistent'], 'python -m specjax.datastore build'),
-], ids=['cheap-model', 'no-cheap', 'gamma-below-k', 'tree', 'missing-datastore'])
+    (['--draft', 'cascade:demo_draft/bigram/3/0'], 'must be >= 1'),
+], ids=['cheap-model', 'no-cheap', 'gamma-below-k', 'tree', 'missing-datastore', 'no-calls'])
 def test_cascade_flags_that_do_not_go_together_are_one_line_errors(capsys, args, named):
   assert decode.main(['--quiet'] + args) == 2
   err = capsys.readouterr().err.strip()
@@ -146,5 +171,7 @@ def test_a_cascade_spec_parses_both_forms():
   assert drafts.parse_cascade('cascade:demo_draft/rest:/a/b') == drafts.Cascade(
       True, 'demo_draft', 'rest:/a/b', 3)
   assert drafts.parse_cascade('cascade:demo_draft/bigram/5').count == 5
+  assert drafts.parse_cascade('cascade:demo_draft/rest:/a/2/5/3') == drafts.Cascade(
+      True, 'demo_draft', 'rest:/a/2', 5, 3)
   assert drafts.parse_cascade('cascade:demo_draft:2,copy') == drafts.Cascade(
       False, 'demo_draft', 'copy', 2)

@@ -86,3 +86,33 @@ def test_a_vertical_cascades_calls_lie_between_its_fewest_and_most(demo_pair):
   out = _counted(target, tp, VerticalCascade(draft, BigramDraft(vocab, 1), k),
                  {'draft': dp, 'inner': never}, inputs, gamma, 1)
   assert out['calls'] == most * out['proposals']
+
+
+def test_a_capped_vertical_cascade_makes_at_most_c_calls_and_proposes_what_it_holds(
+    demo_pair):
+  """Batch 8, a chain of G = 6 capped at C = 2 calls of the draft model: no proposal makes
+  more; a row short of G after them proposes the tokens it holds (2 to 6: each call keeps
+  at least one), and the output stays the target's own."""
+  target, tp, draft, dp = demo_pair
+  inner, ip = drafts.resolve_draft('bigram', target, 'demo_target', None)
+  gamma, k, cap = 6, 3, 2
+  inputs = _demo_lines(12)
+  alone = specjax.autoregressive_decode(target, tp, inputs, max_decode_len=LEN)
+  out = _counted(target, tp, VerticalCascade(draft, inner, k, max_calls=cap),
+                 {'draft': dp, 'inner': ip}, inputs, gamma, 8)
+  np.testing.assert_array_equal(out['tokens'], alone.tokens)
+  assert out['proposals'] > 0 and out['calls'] <= cap * out['proposals']
+  per_call = out['drafted'] / out['target_calls']  # [N]: each input's tokens per proposal
+  assert per_call.min() >= cap and per_call.max() <= gamma
+  assert per_call.min() < gamma  # the cap cut chains short
+  assert per_call.max() > cap  # and the cheap drafts it kept made them longer than C
+  # Control: cheap drafts the draft model never keeps: every call keeps one token, so each
+  # proposal makes exactly C calls and proposes exactly C tokens.
+  vocab = target.vocab_size
+  never = {'next': np.full((vocab, 1), vocab - 1, np.int32),
+           'logp': np.zeros((vocab, 1), np.float32)}
+  out = _counted(target, tp, VerticalCascade(draft, BigramDraft(vocab, 1), k, max_calls=cap),
+                 {'draft': dp, 'inner': never}, inputs, gamma, 8)
+  np.testing.assert_array_equal(out['tokens'], alone.tokens)
+  assert out['calls'] == cap * out['proposals']
+  np.testing.assert_array_equal(out['drafted'], cap * out['target_calls'])

@@ -61,9 +61,10 @@ class DecodeConfig:
                     '--tree-depth D; with --gamma auto and no tree flag, --tree auto '
                     'weighs both); lookahead:W,N,G: lookahead decoding, the target\'s own '
                     'Jacobi window of W guesses in N - 1 levels and G of its n-grams of N '
-                    'tokens verified as one tree (lookahead: 5,3,4); cascade:NAME/CHEAP[/K]: '
+                    'tokens verified as one tree (lookahead: 5,3,4); cascade:NAME/CHEAP[/K[/C]]: '
                     'the draft model NAME\'s chain drafted K (3) tokens at a time by CHEAP '
-                    '(bigram, copy, suffix, rest) and verified by NAME; cascade:NAME:K,CHEAP: '
+                    '(bigram, copy, suffix, rest) and verified by NAME, in at most C calls '
+                    'of NAME (default: until the chain is whole); cascade:NAME:K,CHEAP: '
                     'NAME\'s first K drafts, then CHEAP\'s (chains); auto: no draft model: '
                     '--gamma auto calibrates each proposer of --auto-drafts and keeps the one '
                     'measured fastest against the target alone, or the target alone')

@@ -21,9 +21,11 @@
 - `lookahead` or `lookahead:W,N,G`: lookahead decoding, the target's own Jacobi window of W
   guesses in N - 1 levels and G n-grams of N tokens from its pool, verified as one tree
   (`specjax.proposers.lookahead`);
-- `cascade:NAME/CHEAP` (or `cascade:NAME/CHEAP/K`): the draft model NAME's chain, itself
-  drafted K (default 3) tokens at a time by CHEAP (bigram, copy, suffix, rest, rest:DIR)
-  and verified by NAME (a vertical cascade, `specjax.proposers.cascade`);
+- `cascade:NAME/CHEAP` (or `cascade:NAME/CHEAP/K`, `cascade:NAME/CHEAP/K/C`): the draft
+  model NAME's chain, itself drafted K (default 3) tokens at a time by CHEAP (bigram, copy,
+  suffix, rest, rest:DIR) and verified by NAME, in at most C calls of NAME (default: until
+  the chain is whole; a row short of it then proposes what it holds) (a vertical cascade,
+  `specjax.proposers.cascade`);
   `cascade:NAME:K,CHEAP`: the first K drafts from NAME, the rest from CHEAP (horizontal).
 """
 from __future__ import annotations
@@ -78,35 +80,42 @@ class Cascade(NamedTuple):
     cheap: CHEAP, the proposer that reads only the sequence.
     count: K: the cheap proposer's drafts per call of the model (vertical), or the
       model's drafts before the cheap one takes over (horizontal).
+    calls: C, the model's calls per chain at most (vertical; None: no cap).
   """
 
   vertical: bool
   model: str
   cheap: str
   count: int
+  calls: Optional[int] = None
 
 
 def parse_cascade(spec: str) -> Cascade:
-  """The Cascade of 'cascade:NAME/CHEAP[/K]' or 'cascade:NAME:K,CHEAP'.
+  """The Cascade of 'cascade:NAME/CHEAP[/K[/C]]' or 'cascade:NAME:K,CHEAP'.
 
   Raises:
-    ValueError: another form, K < 1, or a CHEAP part that is not one of CHEAP (one line
-      naming the forms).
+    ValueError: another form, K < 1, C < 1, or a CHEAP part that is not one of CHEAP (one
+      line naming the forms).
   """
   body = spec[len(CASCADE):]
   horizontal = re.fullmatch(r'([^,/:]+):(\d+),(.+)', body)
-  vertical = re.fullmatch(r'([^,/:]+)/(.+?)(?:/(\d+))?', body)
+  vertical = re.fullmatch(r'([^,/:]+)/(.+?)(?:/(\d+)(?:/(\d+))?)?', body)
   if horizontal:
     parsed = Cascade(False, horizontal[1], horizontal[3], int(horizontal[2]))
   elif vertical:
-    parsed = Cascade(True, vertical[1], vertical[2], int(vertical[3] or 3))
+    parsed = Cascade(True, vertical[1], vertical[2], int(vertical[3] or 3),
+                     None if vertical[4] is None else int(vertical[4]))
   else:
     raise ValueError(f'--draft {spec}: a cascade is cascade:NAME/CHEAP (NAME\'s chain drafted '
-                     'by CHEAP, 3 tokens per call of NAME; cascade:NAME/CHEAP/K for K), or '
+                     'by CHEAP, 3 tokens per call of NAME; cascade:NAME/CHEAP/K for K, '
+                     'cascade:NAME/CHEAP/K/C for at most C calls of NAME), or '
                      'cascade:NAME:K,CHEAP (NAME\'s first K drafts, then CHEAP\'s), NAME a '
                      f'draft model, CHEAP one of {CHEAP}')
   if parsed.count < 1:
     raise ValueError(f'--draft {spec}: K must be >= 1')
+  if parsed.calls is not None and parsed.calls < 1:
+    raise ValueError(f'--draft {spec}: C, the calls of {parsed.model} per chain at most, '
+                     'must be >= 1')
   if not (parsed.cheap in (BIGRAM, COPY) or is_retrieval(parsed.cheap)):
     raise ValueError(f'--draft {spec}: the cheaper part {parsed.cheap!r} must read only the '
                      f'sequence: one of {CHEAP}')
@@ -252,7 +261,7 @@ def cascade(parsed: Cascade, target, target_name: str, load_model, table=None, v
   cheap, cheap_params = resolve_draft(parsed.cheap, target, target_name, load_model, table,
                                       vocab)
   if parsed.vertical:
-    return (VerticalCascade(model, cheap, parsed.count),
+    return (VerticalCascade(model, cheap, parsed.count, parsed.calls),
             {'draft': params, 'inner': cheap_params})
   return (HorizontalCascade(as_proposer(model), cheap, parsed.count),
           {'first': params, 'rest': cheap_params})

@@ -11,7 +11,10 @@
   token for token. What changes is the draft's cost: about G / (tokens per draft call)
   calls of k + 1 tokens in place of G calls of one. The first call also feeds the token
   before the chain's last, as a chain's first call does, so that the draft's cache catches
-  up after a fully accepted block without a call of its own.
+  up after a fully accepted block without a call of its own. A batch's calls are those of
+  its slowest row; with a cap of C calls (`max_calls`) a row still short of G after C
+  calls proposes the tokens it holds (the proposal's `drafted`, as a chain cut short by a
+  confidence threshold), which stays exact: the target verifies what was proposed.
 - Horizontal (`HorizontalCascade`): proposers by depth: the first K drafts from one
   proposer (the better one: the draft model), the rest from another that reads the
   sequence (the cheaper one), which continues after the first's drafts.
@@ -73,17 +76,23 @@ class VerticalCascade:
     draft: the draft model (`specjax.models.base.Model`).
     inner: a proposer that reads only the sequence (`proposal.Stateless`).
     inner_gamma: k, the inner proposer's drafts per call of the draft model.
+    max_calls: C, the draft model's calls per proposal at most (None: until every row
+      holds G tokens, at most G calls).
   """
 
   draft: Any
   inner: Any
   inner_gamma: int = 3
+  max_calls: Optional[int] = None
 
   def __post_init__(self):
     _reads_sequence(self.inner)
     if self.inner_gamma < 1:
       raise ValueError(f'a cascade\'s inner proposer drafts k >= 1 tokens per call, got '
                        f'{self.inner_gamma}')
+    if self.max_calls is not None and self.max_calls < 1:
+      raise ValueError(f'a cascade makes C >= 1 calls of its draft model, got '
+                       f'{self.max_calls}')
 
   @property
   def vocab_size(self) -> int:
@@ -140,6 +149,7 @@ class VerticalCascade:
     if cfg.tree is not None:
       raise ValueError('a cascade drafts chains: drop the tree')
     gamma, k, greedy = cfg.gamma, self.inner_gamma, cfg.sampling.greedy
+    calls = gamma if self.max_calls is None else min(gamma, self.max_calls)
     batch = pos.shape[0]
     active = jnp.ones((batch,), bool) if active is None else active
     draft = steps.Bound(self.draft, params['draft'], encoded['draft'])
@@ -153,7 +163,7 @@ class VerticalCascade:
 
     def cond(c):
       i, _, _, _, _, made, _ = c
-      return (i < gamma) & jnp.any(active & (made < gamma))
+      return (i < calls) & jnp.any(active & (made < gamma))
 
     def body(c, catch_up=False):
       i, cache, ids, x, q, made, bad = c
@@ -195,9 +205,11 @@ class VerticalCascade:
     carry = (jnp.int32(0), state, ids, x, q, jnp.zeros((batch,), jnp.int32),
              jnp.zeros((batch,), bool))
     carry = body(carry, catch_up=True)  # every chain takes one call at least
-    _, cache, _, x, q, _, bad = jax.lax.while_loop(cond, body, carry)
+    _, cache, _, x, q, made, bad = jax.lax.while_loop(cond, body, carry)
+    # Rows past the cap propose what they hold; rows not decoding, all G as before.
+    drafted = jnp.where(active, jnp.minimum(made, gamma), gamma)
     return proposal_lib.chain(x[:, :gamma], None if greedy else q[:, :gamma], cache, bad,
-                              jnp.full((batch,), gamma, jnp.int32))
+                              drafted)
 
 
 @dataclasses.dataclass(frozen=True)
