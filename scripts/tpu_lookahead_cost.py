@@ -30,7 +30,8 @@ chain of G (G of its steps, `tpu_retrieval_cost.chain_of`). Besides them:
   chain holds G tokens. It is compiled with exactly 1, 2 and 3 calls at the longest chain
   (n calls cost the first plus n - 1 times what the second adds; the third checks that
   the calls after the first are alike), and a chain of G is costed at its fewest
-  n = ceil(G / (k + 1)) (every cheap draft kept) and its most n = G (none kept).
+  n = ceil(G / (k + 1)) (every cheap draft kept) and its most n = G (none kept), both at
+  most C for cascade:DRAFT/CHEAP/k/C (a chain capped at C draft calls).
 
 The prediction: tokens per call / (c + v), c the proposal and v the target's verify, both
 in target steps, for each row of --measured-json (written by scripts/retrieval_drafts.py)
@@ -90,24 +91,33 @@ def lookahead_nodes(w: int, n: int, g: int) -> int:
 
 
 def parse_cascade(proposer: str):
-  """(CHEAP, k) of a vertical 'cascade:DRAFT/CHEAP[/k]'; None for anything else (a
+  """(CHEAP, k) of a vertical 'cascade:DRAFT/CHEAP[/k[/C]]'; None for anything else (a
   horizontal 'cascade:DRAFT:K,CHEAP' among them)."""
   if not proposer.startswith('cascade:') or '/' not in proposer:
     return None
   parts = proposer.split(':', 1)[1].split('/')
-  if len(parts) not in (2, 3):
+  if len(parts) not in (2, 3, 4):
     return None
-  return parts[1], int(parts[2]) if len(parts) == 3 else INNER_GAMMA
+  return parts[1], int(parts[2]) if len(parts) >= 3 else INNER_GAMMA
 
 
-def calls_bounds(gamma: int, k: int) -> tuple:
-  """(fewest, most) draft calls of a cascade's chain of G, k cheap drafts per call."""
-  return math.ceil(gamma / (k + 1)), gamma
+def cascade_cap(proposer: str):
+  """C of a vertical 'cascade:DRAFT/CHEAP/k/C' (its draft calls per chain at most), else
+  None."""
+  parts = proposer.split(':', 1)[1].split('/') if parse_cascade(proposer) else []
+  return int(parts[3]) if len(parts) == 4 else None
 
 
-def calls_estimate(gamma: int, k: int, inner_tokens_per_call: float) -> float:
+def calls_bounds(gamma: int, k: int, cap: int = None) -> tuple:
+  """(fewest, most) draft calls of a cascade's chain of G, k cheap drafts per call, at
+  most `cap` calls (None: no cap)."""
+  low, high = math.ceil(gamma / (k + 1)), gamma
+  return (low, high) if cap is None else (min(low, cap), min(high, cap))
+
+
+def calls_estimate(gamma: int, k: int, inner_tokens_per_call: float, cap: int = None) -> float:
   """G over the cheap proposer's tokens per call, within `calls_bounds`."""
-  low, high = calls_bounds(gamma, k)
+  low, high = calls_bounds(gamma, k, cap)
   return min(max(gamma / inner_tokens_per_call, low), high)
 
 
@@ -331,10 +341,11 @@ def predict(result: dict, rows: list, target: str, draft: str, tasks: tuple,
       measured = inner_tokens(rows, row['task'], inner, k, temp)
       if measured is None:
         continue
-      low, high = calls_bounds(gamma, k)
+      cap = cascade_cap(proposer)
+      low, high = calls_bounds(gamma, k, cap)
       item.update(inner_shape=measured[0], inner_tokens_per_call=measured[1],
                   calls={'fewest': low, 'most': high,
-                         'estimate': calls_estimate(gamma, k, measured[1])})
+                         'estimate': calls_estimate(gamma, k, measured[1], cap)})
     for batch, costs in result.items():
       step = costs[f'{target} step']['seconds']
       verify = costs.get(verify_key)
@@ -547,7 +558,9 @@ def section(data: dict) -> str:
       'after the first are alike, so n calls cost the first plus n - 1 times what the second '
       f'adds{linearity_note(data)}), the '
       f'draft costed as {draft}; a chain of G costs between its fewest calls, ceil(G / (k + '
-      '1)) (every cheap draft kept), and its most, G (none kept). Shorter chains are costed '
+      '1)) (every cheap draft kept), and its most, G (none kept); capped at C calls '
+      '(`cascade:DRAFT/CHEAP/k/C`: a row short of G after them proposes the tokens it '
+      'holds), both at most C. Shorter chains are costed '
       f'with the arrays of G = {st["cascade_chain"]}. Both proposals are mostly gathers '
       '(the pool\'s lookup; the cheap drafts\' table or matches), which libtpu\'s cost '
       'analysis charges far more than the bytes they gather (the gather probe of the '
@@ -589,7 +602,8 @@ def section(data: dict) -> str:
       f'{st["tasks"].replace(",", ", ")} ("{MODEL}" and the cascades\' DRAFT: the task\'s '
       f'draft model, costed as {draft}): the assumption is that {target} accepts as those '
       'targets do. A cascade\'s c is at its draft calls per chain counted in those decodes '
-      '(at batch 1 and 8: its loop runs until the batch\'s slowest row holds G drafts), '
+      '(at batch 1 and 8: its loop runs until the batch\'s slowest row holds G drafts, '
+      'or C calls were made), '
       'where not counted at G / (CHEAP\'s own tokens per call in that file, at the shortest '
       'chain of at least k) within [fewest, most]; its prediction in brackets at the most '
       'and the fewest calls.',

@@ -39,6 +39,13 @@ def test_specs_and_the_cascades_calls():
   assert cost.calls_bounds(6, 3) == (2, 6) and cost.calls_bounds(2, 3) == (1, 2)
   assert cost.calls_estimate(6, 3, 1.5) == pytest.approx(4.0)
   assert cost.calls_estimate(6, 3, 10.0) == 2 and cost.calls_estimate(6, 3, 0.5) == 6
+  # A cap of C calls: at most C, the fewest too where C is below them.
+  assert cost.parse_cascade('cascade:demo_draft/bigram/3/4') == ('bigram', 3)
+  assert cost.cascade_cap('cascade:demo_draft/bigram/3/4') == 4
+  assert cost.cascade_cap('cascade:demo_draft/bigram/3') is None
+  assert cost.cascade_cap('model') is None
+  assert cost.calls_bounds(8, 3, 5) == (2, 5) and cost.calls_bounds(8, 3, 1) == (1, 1)
+  assert cost.calls_estimate(8, 3, 1.0, 5) == 5
   with pytest.raises(SystemExit):
     cost.parse_args(['--cascades', 'eagle'])
 
@@ -77,12 +84,14 @@ def test_predictions_of_lookahead_chains_and_cascades():
           {'task': 'manlm', 'proposer': 'model', 'shape': 'chain 4', 'temperature': 0.0,
            'tokens_per_call': 2.0},  # not a task asked for
           {'task': 'ende', 'proposer': 'model', 'shape': 'chain 6', 'temperature': 0.0,
-           'tokens_per_call': 2.7}]  # not compiled: no verify of 7
+           'tokens_per_call': 2.7},  # not compiled: no verify of 7
+          {'task': 'ende', 'proposer': 'cascade:demo_draft/bigram/3/1', 'shape': 'chain 4',
+           'temperature': 0.0, 'tokens_per_call': 2.0}]  # capped at one call
   out = cost.predict({'B=1': _costs()}, rows, 't5_xxl', 't5_small', ('ende',), 4)
   assert [(r['proposer'], r['temperature']) for r in out] == [
       ('lookahead:5,3,4', 0.0), ('lookahead:5,3,4', 1.0), ('model', 0.0),
-      ('cascade:demo_draft/bigram', 0.0)]
-  greedy, sampled, model, casc = out
+      ('cascade:demo_draft/bigram', 0.0), ('cascade:demo_draft/bigram/3/1', 0.0)]
+  greedy, sampled, model, casc, capped = out
   assert greedy['B=1']['c'] == pytest.approx(0.002) and greedy['B=1']['v'] == 1.1
   assert greedy['B=1']['speedup'] == pytest.approx(1.2 / 1.102)
   assert sampled['B=1']['c'] == pytest.approx(0.003)
@@ -95,6 +104,10 @@ def test_predictions_of_lookahead_chains_and_cascades():
   assert b['speedup_fewest'] == pytest.approx(2.5 / 1.07)
   assert b['speedup_most'] == pytest.approx(2.5 / 1.1)
   assert b['speedup_most'] < b['speedup'] < b['speedup_fewest']
+  # Capped at one call: its fewest, most and estimate are 1 call, 0.2.
+  assert capped['calls'] == {'fewest': 1, 'most': 1, 'estimate': 1}
+  assert capped['B=1']['c'] == pytest.approx(0.02) == capped['B=1']['c_most']
+  assert capped['B=1']['speedup'] == pytest.approx(2.0 / 1.07)
 
 
 def _table(text: str) -> dict:

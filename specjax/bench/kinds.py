@@ -23,8 +23,8 @@ from specjax.proposers.draft_names import lookahead_tree
 Tree = Union[TreeShape, DynamicTree]
 OWN_TREE = 'own tree'  # a tree row's label for the tree a draft verifies of itself
 KINDS = ('copy, bigram, copy+NAME, layerskip:M, medusa[:PATH], eagle[:PATH], rest[:DIR], '
-         'suffix, rest+suffix, lookahead[:W,N,G], cascade:NAME/CHEAP[/K], cascade:NAME:K,CHEAP, '
-         'or a draft model (registry name or checkpoint directory)')
+         'suffix, rest+suffix, lookahead[:W,N,G], cascade:NAME/CHEAP[/K[/C]], '
+         'cascade:NAME:K,CHEAP, or a draft model (registry name or checkpoint directory)')
 
 
 def parse_drafts(spec: str) -> List[str]:
