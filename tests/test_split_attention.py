@@ -55,6 +55,17 @@ def test_t5_attention_equals_writing_first(tree):
   off = split_attention.t5_self_attention(q, cache_k, cache_v, new_k, new_v, mask, bias,
                                           jnp.maximum(WRITE_START - 1, 0))
   assert not np.allclose(off, want, atol=1e-3)
+  # The blocks split once for every layer (a scanned stack's), bias and all, or the mask
+  # alone with the layer's own bias split in the layer.
+  for blocks in (split_attention.split(mask, bias, WRITE_START, K),
+                 split_attention.split(mask, None, WRITE_START, K)):
+    once = split_attention.t5_self_attention(q, cache_k, cache_v, new_k, new_v, None, bias,
+                                             WRITE_START, blocks=blocks)
+    np.testing.assert_allclose(once, want, rtol=1e-5, atol=1e-6)
+  stale = split_attention.split(mask, bias, jnp.maximum(WRITE_START - 1, 0), K)
+  assert not np.allclose(split_attention.t5_self_attention(
+      q, cache_k, cache_v, new_k, new_v, mask, bias, WRITE_START, blocks=stale), want,
+                         atol=1e-3)  # blocks of other slots are what the layer uses
 
 
 def test_decoder_only_attention_equals_writing_first():

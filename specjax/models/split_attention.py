@@ -14,7 +14,7 @@ Shape letters: B batch, K tokens in this call, T cache length, N query heads, H 
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -71,10 +71,42 @@ def _two_blocks(q: jax.Array, blocks, masks, specs: Tuple[str, str], logits_dtyp
   return old + new
 
 
+class Blocks(NamedTuple):
+  """The masks and biases of the two blocks, split from a call's [B, K, T] ones: the same
+  in every layer of a scanned stack, so split once per call (`split`), not in each layer.
+
+  Attributes:
+    masks: ([B, 1, K, T] the cache's, its written slots hidden; [B, 1, K, K] the new
+      entries').
+    biases: ([B, N, K, T], [B, N, K, K]) in the scores' dtype, or (None, None): no bias,
+      or each layer's own (T5's `relpos_per_layer`), split in the layer.
+  """
+  masks: Tuple[jax.Array, jax.Array]
+  biases: Tuple[jax.Array | None, jax.Array | None]
+
+
+def split_bias(bias: jax.Array, batch: int, write_start: jax.Array, count: int,
+               logits_dtype=jnp.float32) -> Tuple[jax.Array, jax.Array]:
+  """A bias [B or 1, N, K, T] -> the blocks' biases ([B, N, K, T], [B, N, K, K])."""
+  bias = jnp.broadcast_to(bias, (batch,) + bias.shape[1:]).astype(logits_dtype)
+  return bias, written_columns(bias, write_start, count)
+
+
+def split(mask: jax.Array, bias: jax.Array | None, write_start: jax.Array, count: int,
+          logits_dtype=jnp.float32) -> Blocks:
+  """The `Blocks` of a call's mask [B, K, T] and bias ([B or 1, N, K, T] or None) for K =
+  count new entries written at write_start [B]."""
+  masks = (without_written(mask, write_start, count)[:, None],
+           written_columns(mask, write_start, count)[:, None])
+  biases = (None, None) if bias is None else split_bias(bias, mask.shape[0], write_start,
+                                                        count, logits_dtype)
+  return Blocks(masks, biases)
+
+
 def t5_self_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
                       new_k: jax.Array, new_v: jax.Array, mask: jax.Array,
                       bias: jax.Array | None, write_start: jax.Array,
-                      logits_dtype=jnp.float32) -> jax.Array:
+                      logits_dtype=jnp.float32, blocks: Blocks | None = None) -> jax.Array:
   """T5's unscaled attention (`t5_layers.dot_product_attention`) over the cache as if the
   call's keys and values had been written into it at write_start.
 
@@ -86,19 +118,20 @@ def t5_self_attention(q: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
     bias: optional [B or 1, N, K, T] relative position bias.
     write_start: [B] int32, the slot of each row's first new token.
     logits_dtype: the scores' and the softmax's dtype.
+    blocks: `split`'s of mask and bias, made once for every layer (None: split here; a
+      bias of the layer's own, with blocks of none, is split here too).
 
   Returns:
     [B, N, K, H] in the cache's dtype (as `dot_product_attention` returns it).
   """
   count = new_k.shape[-1]
-  biases = (None, None)
-  if bias is not None:
-    bias = jnp.broadcast_to(bias, (q.shape[0],) + bias.shape[1:]).astype(logits_dtype)
-    biases = (bias, written_columns(bias, write_start, count))
-  masks = (without_written(mask, write_start, count)[:, None],
-           written_columns(mask, write_start, count)[:, None])
-  out = _two_blocks(q, ((cache_k, cache_v), (new_k, new_v)), masks,
-                   ('bknh,bnht->bnkt', 'bnkt,bnht->bnkh'), logits_dtype, biases)
+  if blocks is None:
+    blocks = split(mask, bias, write_start, count, logits_dtype)
+  elif bias is not None and blocks.biases[0] is None:
+    blocks = blocks._replace(biases=split_bias(bias, q.shape[0], write_start, count,
+                                               logits_dtype))
+  out = _two_blocks(q, ((cache_k, cache_v), (new_k, new_v)), blocks.masks,
+                   ('bknh,bnht->bnkt', 'bnkt,bnht->bnkh'), logits_dtype, blocks.biases)
   return out.astype(cache_v.dtype)
 
 
