@@ -47,7 +47,7 @@ GAMMA = 4  # the chain whose proposal is timed
 def settings(task: str) -> dict:
   """spec -> the chains and trees decoded; 'model' is the task's draft model."""
   model = sweep.TASKS[task] + 'draft'
-  return {'model': CHAINS + ['dynamic:16:6:4'], 'copy': CHAINS + ['3,1,1,1'],
+  return {'model': CHAINS + ['chain 8', 'dynamic:16:6:4'], 'copy': CHAINS + ['3,1,1,1'],
           'bigram': CHAINS + ['dynamic:16:6:4'], 'eagle': CHAINS + ['dynamic:16:6:4'],
           'rest': CHAINS + TRIES + [BIG_TRIE], 'suffix': CHAINS + TRIES,
           'rest+suffix': CHAINS + TRIES + [BIG_TRIE],
@@ -55,6 +55,8 @@ def settings(task: str) -> dict:
           'lookahead:4,4,4': [proposer_trees.OWN_TREE],
           'lookahead:12,3,8': [proposer_trees.OWN_TREE],
           f'cascade:{model}/bigram': CHAINS, f'cascade:{model}/suffix': CHAINS,
+          f'cascade:{model}/bigram/3/4': ['chain 6', 'chain 8'],
+          f'cascade:{model}/bigram/3/5': ['chain 8'],
           f'cascade:{model}:2,rest': ['chain 4', 'chain 6']}
 
 
@@ -157,7 +159,8 @@ def run_task(task: str, args) -> tuple:
 
 def markdown(rows: list, tasks: dict, command: str) -> str:
   lines = [SECTION, '', f'`{command}`', '',
-           'Tokens per target call (hardware-free) of the best chain (gamma 2, 4, 6) and the '
+           'Tokens per target call (hardware-free) of the best chain (gamma 2, 4, 6; 8 for '
+           'the draft model and the capped cascades) and the '
            'best tree of each draft on the first test lines of each task (batch 8, refilled; '
            'sampled rows pooled over two seeds), and c, the draft\'s cost per drafted token '
            'in target steps on this CPU (one proposal of a chain of 4 over 4 target steps, '
@@ -171,7 +174,9 @@ def markdown(rows: list, tasks: dict, command: str) -> str:
            'input and output, `rest+suffix` one trie of both; `lookahead:W,N,G` the '
            'target\'s own Jacobi window and n-gram pool as one tree; `cascade:D/X` is the '
            'draft model D\'s chain drafted by X and '
-           'verified by D (vertical), `cascade:D:2,X` D\'s first 2 drafts then X\'s '
+           'verified by D (vertical), `cascade:D/X/3/C` the same in at most C calls of D '
+           '(a row short of the chain after them proposes what it holds), '
+           '`cascade:D:2,X` D\'s first 2 drafts then X\'s '
            '(horizontal). Every greedy row was identical to the target alone '
            '(`identical_to_target` in the JSON).', '',
            '| task | T | draft | c | best chain | tok/call | best tree | tok/call |',
@@ -198,7 +203,8 @@ def calls_table(rows: list) -> list:
            'a draft model\'s chain of G makes G; a vertical cascade one of k + 2 = 5 tokens '
            '(the token before the chain\'s last, the last, 3 cheap drafts), then one of '
            'k + 1 = 4 per iteration of its loop, and its loop runs until the batch\'s '
-           'slowest row holds G drafts. On memory-bound hardware a call costs about the '
+           'slowest row holds G drafts, or C calls were made (`/3/C`). On memory-bound '
+           'hardware a call costs about the '
            'same whatever its few tokens (docs/tpu_speed.md prices them).', '',
            '| task | T | draft | chain | ' + ' | '.join(f'calls at {b}' for b in batches)
            + ' |', '|---|---|---|---|' + '---|' * len(batches)]
