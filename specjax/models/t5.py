@@ -251,8 +251,7 @@ class T5:
     new_cache = {}
     layer = (base.traced_once(self, 'decoder_layer') if dropout is layers.NO_DROPOUT
              else functools.partial(self.decoder_layer, dropout=dropout))
-    for i in range(cfg.num_decoder_layers):
-      name = f'layers_{i}'
+    for name in (f'layers_{i}' for i in range(cfg.num_decoder_layers)):
       x, new_cache[name] = layer(dec[name], x, cache[name], layout, encoded['cross'][name],
                                  encoded['mask'])
     return self._close(params, x, new_cache, return_hidden, dropout)
@@ -264,20 +263,16 @@ class T5:
     return (logits, new_cache, y) if return_hidden else (logits, new_cache)
 
   def _scanned_decoder(self, stacked, x, cache, layout, encoded):
-    """The decoder's layers as one scanned body over stacked params: x [B, K, D], the
-    stacked cache and cross K/V [B, L, N, H, T or S] -> (x, the cache with this call's
-    K/V written: new, [L, B, K, N, H], after the scan)."""
+    """The decoder's layers as one scan over stacked params: x [B, K, D], the stacked cache
+    and cross K/V [B, L, N, H, T or S] -> (x, the cache with the call's K/V written)."""
     kv = cache[scan.LAYERS]
-    # The attention's two blocks, split once for all layers (in the loop, each layer
-    # copied the bias to take the written slots' columns).
-    blocks = split_attention.split(layout.mask, layout.bias, layout.write_start, x.shape[1],
-                                   self._logits_dtype)
+    layout = layout._replace(blocks=split_attention.split(  # once, not in every layer
+        layout.mask, layout.bias, layout.write_start, x.shape[1], self._logits_dtype))
 
     def body(h, p, i):
       cross = {n: scan.layer_slice(a, i) for n, a in encoded['cross'][scan.LAYERS].items()}
       own = {n: scan.layer_slice(a, i) for n, a in kv.items()}  # [B, N, H, T]
-      return self.decoder_layer(p, h, own, layout, cross, encoded['mask'], new_only=True,
-                                blocks=blocks)
+      return self.decoder_layer(p, h, own, layout, cross, encoded['mask'], new_only=True)
 
     x, new = scan.run(body, x, stacked, self.config.num_decoder_layers, self.config.scan_unroll)
     return x, {scan.LAYERS: {n: scan.write_layers(kv[n], new[n], layout.write_start)
@@ -320,8 +315,7 @@ class T5:
   def decoder_layer(self, p: PyTree, x: jax.Array, cache: PyTree, layout: layers.SelfLayout,
                     cross: PyTree, cross_mask: jax.Array,
                     dropout: layers.Dropout = layers.NO_DROPOUT,
-                    new_only: bool = False,
-                    blocks: split_attention.Blocks | None = None) -> Tuple[jax.Array, PyTree]:
+                    new_only: bool = False) -> Tuple[jax.Array, PyTree]:
     """One decoder layer: self-attention (writing its K/V into the cache), cross-attention
     to the encoder's K/V, MLP, each pre-normed and residual.
 
@@ -337,8 +331,6 @@ class T5:
       new_only: attend over the unwritten cache and this call's K/V, and give those out,
         {'k', 'v': [B, K, N, H]} (scanned layers: the stacked cache takes them after the
         scan; `specjax.models.split_attention`).
-      blocks: with new_only, the attention's blocks split once for every layer
-        (`split_attention.split`; None: split in this layer).
 
     Returns:
       The layer's output [B, K, D] and its new cache (or this call's K/V, `new_only`).
@@ -354,7 +346,7 @@ class T5:
       new_cache = {'k': scan.token_major(k), 'v': scan.token_major(v)}  # [B, K, N, H]
       y = split_attention.t5_self_attention(q, *(a.astype(x.dtype) for a in (
           cache['k'], cache['v'], k, v)), layout.mask, bias, layout.write_start,
-                                            self._logits_dtype, blocks)
+                                            self._logits_dtype, layout.blocks)
     else:
       new_cache = {n: base.write_cache(cache[n], a, layout.write_start)  # [B, N, H, T]
                    for n, a in (('k', k), ('v', v))}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -66,12 +66,15 @@ class SelfLayout(NamedTuple):
     query_pos: [B, K] int32, a token tree's query positions (None: a chain's, from
       write_start).
     key_pos: [B, T] int32, a token tree's key positions (None: a chain's, the slots).
+    blocks: a scanned stack's `split_attention.Blocks` of mask and bias, split once for
+      every layer (None: each layer splits its own).
   """
   write_start: jax.Array
   mask: jax.Array
   bias: jax.Array | None
   query_pos: jax.Array | None = None
   key_pos: jax.Array | None = None
+  blocks: Any = None
 
 
 class Dropout:
