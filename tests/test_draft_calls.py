@@ -33,6 +33,13 @@ def _counted(target, tp, draft, dp, inputs, gamma, slots, temperature=0.0):
                               rng=jax.random.PRNGKey(0), slots=slots)
 
 
+def _never_kept(vocab: int) -> dict:
+  """A bigram table (`BigramDraft(vocab, 1)`) whose one guess is always the vocabulary's
+  last id, which the demo draft model never writes."""
+  return {'next': np.full((vocab, 1), vocab - 1, np.int32),
+          'logp': np.zeros((vocab, 1), np.float32)}
+
+
 @pytest.mark.parametrize('gamma,slots', [(4, 8), (2, 1)])
 def test_a_draft_models_chain_of_g_makes_g_calls(demo_pair, gamma, slots):
   target, tp, draft, dp = demo_pair
@@ -80,11 +87,9 @@ def test_a_vertical_cascades_calls_lie_between_its_fewest_and_most(demo_pair):
   # Negative control: cheap drafts of one token the draft model never writes (the
   # vocabulary's last): every iteration keeps one token, the most calls.
   vocab = target.vocab_size
-  never = {'next': np.full((vocab, 1), vocab - 1, np.int32),
-           'logp': np.zeros((vocab, 1), np.float32)}
   assert vocab - 1 not in np.asarray(plain.tokens)
   out = _counted(target, tp, VerticalCascade(draft, BigramDraft(vocab, 1), k),
-                 {'draft': dp, 'inner': never}, inputs, gamma, 1)
+                 {'draft': dp, 'inner': _never_kept(vocab)}, inputs, gamma, 1)
   assert out['calls'] == most * out['proposals']
 
 
@@ -109,10 +114,8 @@ def test_a_capped_vertical_cascade_makes_at_most_c_calls_and_proposes_what_it_ho
   # Control: cheap drafts the draft model never keeps: every call keeps one token, so each
   # proposal makes exactly C calls and proposes exactly C tokens.
   vocab = target.vocab_size
-  never = {'next': np.full((vocab, 1), vocab - 1, np.int32),
-           'logp': np.zeros((vocab, 1), np.float32)}
   out = _counted(target, tp, VerticalCascade(draft, BigramDraft(vocab, 1), k, max_calls=cap),
-                 {'draft': dp, 'inner': never}, inputs, gamma, 8)
+                 {'draft': dp, 'inner': _never_kept(vocab)}, inputs, gamma, 8)
   np.testing.assert_array_equal(out['tokens'], alone.tokens)
   assert out['calls'] == cap * out['proposals']
   np.testing.assert_array_equal(out['drafted'], cap * out['target_calls'])
