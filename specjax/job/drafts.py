@@ -31,8 +31,7 @@
 from __future__ import annotations
 
 import os
-import re
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from specjax.checkpoints.registry import ASSETS, MANLM_ASSETS, MANPAGES_ASSETS, bundled
 from specjax.datastore import store as datastore
@@ -40,8 +39,9 @@ from specjax.drafting import heads_io
 from specjax.proposers.bigram import load_table
 from specjax.proposers.copy import CopyDraft
 from specjax.proposers.draft_names import (  # pylint: disable=unused-import
-    LOOKAHEAD, LOOKAHEAD_BOUNDS, LOOKAHEAD_DEFAULT, PLUS_SUFFIX, REST, SUFFIX, is_lookahead,
-    lookahead, parse_lookahead)
+    BIGRAM, CASCADE, CHEAP, COPY, LOOKAHEAD, LOOKAHEAD_BOUNDS, LOOKAHEAD_DEFAULT, PLUS_SUFFIX,
+    REST, SUFFIX, Cascade, is_lookahead, is_retrieval, lookahead, parse_cascade,
+    parse_lookahead)
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
 from specjax.core.model_proposer import as_proposer
@@ -62,64 +62,10 @@ DEFAULT_MEDUSA = {'demo_target': os.path.join(ASSETS, 'medusa'),
 DEFAULT_EAGLE = {'demo_target': os.path.join(ASSETS, 'eagle'),
                  'manpages_target': os.path.join(MANPAGES_ASSETS, 'eagle'),
                  'manlm_target': os.path.join(MANLM_ASSETS, 'eagle')}
-COPY, BIGRAM, HYBRID, LAYER_SKIP, MEDUSA = 'copy', 'bigram', 'copy+', 'layerskip:', 'medusa'
+HYBRID, LAYER_SKIP, MEDUSA = 'copy+', 'layerskip:', 'medusa'
 EAGLE = 'eagle'
-CASCADE = 'cascade:'
 
 
-# The proposers a cascade's cheaper part may be: they read only the sequence.
-CHEAP = "bigram, copy, suffix, rest or rest:DIR"
-
-
-class Cascade(NamedTuple):
-  """A parsed cascade spec.
-
-  Attributes:
-    vertical: True for NAME/CHEAP[/K], False for NAME:K,CHEAP.
-    model: NAME, the draft model.
-    cheap: CHEAP, the proposer that reads only the sequence.
-    count: K: the cheap proposer's drafts per call of the model (vertical), or the
-      model's drafts before the cheap one takes over (horizontal).
-    calls: C, the model's calls per chain at most (vertical; None: no cap).
-  """
-
-  vertical: bool
-  model: str
-  cheap: str
-  count: int
-  calls: Optional[int] = None
-
-
-def parse_cascade(spec: str) -> Cascade:
-  """The Cascade of 'cascade:NAME/CHEAP[/K[/C]]' or 'cascade:NAME:K,CHEAP'.
-
-  Raises:
-    ValueError: another form, K < 1, C < 1, or a CHEAP part that is not one of CHEAP (one
-      line naming the forms).
-  """
-  body = spec[len(CASCADE):]
-  horizontal = re.fullmatch(r'([^,/:]+):(\d+),(.+)', body)
-  vertical = re.fullmatch(r'([^,/:]+)/(.+?)(?:/(\d+)(?:/(\d+))?)?', body)
-  if horizontal:
-    parsed = Cascade(False, horizontal[1], horizontal[3], int(horizontal[2]))
-  elif vertical:
-    parsed = Cascade(True, vertical[1], vertical[2], int(vertical[3] or 3),
-                     None if vertical[4] is None else int(vertical[4]))
-  else:
-    raise ValueError(f'--draft {spec}: a cascade is cascade:NAME/CHEAP (NAME\'s chain drafted '
-                     'by CHEAP, 3 tokens per call of NAME; cascade:NAME/CHEAP/K for K, '
-                     'cascade:NAME/CHEAP/K/C for at most C calls of NAME), or '
-                     'cascade:NAME:K,CHEAP (NAME\'s first K drafts, then CHEAP\'s), NAME a '
-                     f'draft model, CHEAP one of {CHEAP}')
-  if parsed.count < 1:
-    raise ValueError(f'--draft {spec}: K must be >= 1')
-  if parsed.calls is not None and parsed.calls < 1:
-    raise ValueError(f'--draft {spec}: C, the calls of {parsed.model} per chain at most, '
-                     'must be >= 1')
-  if not (parsed.cheap in (BIGRAM, COPY) or is_retrieval(parsed.cheap)):
-    raise ValueError(f'--draft {spec}: the cheaper part {parsed.cheap!r} must read only the '
-                     f'sequence: one of {CHEAP}')
-  return parsed
 # The drafts trained by python -m specjax.train_draft: their bundled checkpoints.
 TRAINED = {MEDUSA: DEFAULT_MEDUSA, EAGLE: DEFAULT_EAGLE}
 
@@ -131,14 +77,6 @@ def trained_kind(spec: str) -> Optional[str]:
     if spec == kind or spec.startswith(kind + ':'):
       return kind
   return None
-
-
-def is_retrieval(spec: str) -> bool:
-  """Whether `spec` names a retrieval draft (rest, rest:DIR, suffix): it proposes the
-  trie of what it retrieved, as a chain or a dynamic tree."""
-  if spec.endswith(PLUS_SUFFIX) and spec != PLUS_SUFFIX[1:]:
-    spec = spec[:-len(PLUS_SUFFIX)]
-  return spec in (REST, SUFFIX) or spec.startswith(REST + ':')
 
 
 def is_builtin(spec: str) -> bool:

@@ -1,14 +1,17 @@
-"""The names of the drafts with no draft model, as `--draft` and the T5X route's
-DRAFT_KIND spell them, and lookahead's W, N, G: parsed in one place for both."""
+"""The names of the drafts with no draft model and of cascades, as `--draft` and the T5X
+route's DRAFT_KIND spell them, lookahead's W, N, G and a cascade's parts: parsed in one
+place for both."""
 from __future__ import annotations
 
-from typing import Tuple
+import re
+from typing import NamedTuple, Optional, Tuple
 
 from specjax.proposers.lookahead import LookaheadDraft
 
 REST, SUFFIX = 'rest', 'suffix'
 PLUS_SUFFIX = '+suffix'  # rest[:DIR]+suffix: one trie of both's continuations
 LOOKAHEAD = 'lookahead'
+COPY, BIGRAM, CASCADE = 'copy', 'bigram', 'cascade:'
 # lookahead's W, N and G: their defaults and bounds.
 LOOKAHEAD_DEFAULT = (5, 3, 4)
 LOOKAHEAD_BOUNDS = {'W': (1, 32), 'N': (2, 8), 'G': (1, 32)}
@@ -57,3 +60,66 @@ def lookahead_tree(spec: str):
   """
   window, ngram, guesses = parse_lookahead(spec)
   return LookaheadDraft(1, window, ngram, guesses).tree_spec()
+
+
+def is_retrieval(spec: str) -> bool:
+  """Whether `spec` names a retrieval draft (rest, rest:DIR, suffix): it proposes the
+  trie of what it retrieved, as a chain or a dynamic tree."""
+  if spec.endswith(PLUS_SUFFIX) and spec != PLUS_SUFFIX[1:]:
+    spec = spec[:-len(PLUS_SUFFIX)]
+  return spec in (REST, SUFFIX) or spec.startswith(REST + ':')
+
+
+# The proposers a cascade's cheaper part may be: they read only the sequence.
+CHEAP = "bigram, copy, suffix, rest or rest:DIR"
+
+
+class Cascade(NamedTuple):
+  """A parsed cascade spec.
+
+  Attributes:
+    vertical: True for NAME/CHEAP[/K], False for NAME:K,CHEAP.
+    model: NAME, the draft model.
+    cheap: CHEAP, the proposer that reads only the sequence.
+    count: K: the cheap proposer's drafts per call of the model (vertical), or the
+      model's drafts before the cheap one takes over (horizontal).
+    calls: C, the model's calls per chain at most (vertical; None: no cap).
+  """
+
+  vertical: bool
+  model: str
+  cheap: str
+  count: int
+  calls: Optional[int] = None
+
+
+def parse_cascade(spec: str) -> Cascade:
+  """The Cascade of 'cascade:NAME/CHEAP[/K[/C]]' or 'cascade:NAME:K,CHEAP'.
+
+  Raises:
+    ValueError: another form, K < 1, C < 1, or a CHEAP part that is not one of CHEAP (one
+      line naming the forms).
+  """
+  body = spec[len(CASCADE):]
+  horizontal = re.fullmatch(r'([^,/:]+):(\d+),(.+)', body)
+  vertical = re.fullmatch(r'([^,/:]+)/(.+?)(?:/(\d+)(?:/(\d+))?)?', body)
+  if horizontal:
+    parsed = Cascade(False, horizontal[1], horizontal[3], int(horizontal[2]))
+  elif vertical:
+    parsed = Cascade(True, vertical[1], vertical[2], int(vertical[3] or 3),
+                     None if vertical[4] is None else int(vertical[4]))
+  else:
+    raise ValueError(f'--draft {spec}: a cascade is cascade:NAME/CHEAP (NAME\'s chain drafted '
+                     'by CHEAP, 3 tokens per call of NAME; cascade:NAME/CHEAP/K for K, '
+                     'cascade:NAME/CHEAP/K/C for at most C calls of NAME), or '
+                     'cascade:NAME:K,CHEAP (NAME\'s first K drafts, then CHEAP\'s), NAME a '
+                     f'draft model, CHEAP one of {CHEAP}')
+  if parsed.count < 1:
+    raise ValueError(f'--draft {spec}: K must be >= 1')
+  if parsed.calls is not None and parsed.calls < 1:
+    raise ValueError(f'--draft {spec}: C, the calls of {parsed.model} per chain at most, '
+                     'must be >= 1')
+  if not (parsed.cheap in (BIGRAM, COPY) or is_retrieval(parsed.cheap)):
+    raise ValueError(f'--draft {spec}: the cheaper part {parsed.cheap!r} must read only the '
+                     f'sequence: one of {CHEAP}')
+  return parsed

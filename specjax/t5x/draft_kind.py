@@ -11,6 +11,7 @@ DRAFT_KIND), as `--draft` names them on the command line:
   no params of its own (nothing under `draft`) and no checkpoint, or, with
   DRAFT_CHECKPOINT_PATH, the early exit that `python -m specjax.train_draft --kind
   layerskip --layers M` trained (under `draft`);
+- 'copy': spans of the input copied where the output repeats it (`specjax.proposers.copy`);
 - 'suffix': continuations of the row's own earlier text, its output and its input
   (`specjax.proposers.suffix`);
 - 'lookahead' or 'lookahead:W,N,G': lookahead decoding, the target's own Jacobi window of
@@ -18,21 +19,27 @@ DRAFT_KIND), as `--draft` names them on the command line:
   'lookahead' is 5,3,4), verified as one tree of its own shape;
 - 'rest:DIR': continuations retrieved from the datastore that `python -m specjax.datastore
   build` wrote to DIR (`specjax.proposers.rest`); 'rest:DIR+suffix': one trie of both's
-  continuations (`specjax.proposers.trie.Mixture`).
+  continuations (`specjax.proposers.trie.Mixture`);
+- 'cascade:model/CHEAP[/K[/C]]' and 'cascade:model:K,CHEAP': cascades of the draft model
+  of DRAFT_CHECKPOINT_PATH or DRAFT_MODULE (its params under `draft`, as for 'model') and
+  CHEAP (copy, suffix, rest:DIR or rest:DIR+suffix), as `--draft cascade:NAME/...`
+  (`specjax.t5x.cascade_kind`).
 
-The last three need no draft model and no checkpoint: nothing goes under `draft` in the
-params tree, and DRAFT_CHECKPOINT_PATH and DRAFT_MODULE stay unbound. A datastore's arrays
-(the corpus [L] and its suffix array [L'] and document starts [S], int32) do not go into
-the params tree either: they are constants of the decode, which `DraftKind.draft_params`
-hands it, replicated on every device of T5X's mesh as the command line's mesh replicates
-them (`RestDraft.param_axes` is all None). As params they would be cast by T5X's restore to
-`RestoreCheckpointConfig.dtype` (bfloat16 in T5X's infer.gin, which cannot hold ids above
-256), handed to the optimizer by `t5x.train`, written into every checkpoint, and the restore
-hook `specjax.t5x.restore.fill_draft` would have to find them in a checkpoint that holds
-none. They are read and checked once, when gin builds the model.
+The kinds from 'copy' to 'rest' need no draft model and no checkpoint: nothing goes under
+`draft` in the params tree, and DRAFT_CHECKPOINT_PATH and DRAFT_MODULE stay unbound. A
+datastore's arrays (the corpus [L] and its suffix array [L'] and document starts [S],
+int32) do not go into the params tree either: they are constants of the decode, which
+`DraftKind.draft_params` hands it, replicated on every device of T5X's mesh as the command
+line's mesh replicates them (`RestDraft.param_axes` is all None). As params they would be
+cast by T5X's restore to `RestoreCheckpointConfig.dtype` (bfloat16 in T5X's infer.gin,
+which cannot hold ids above 256), handed to the optimizer by `t5x.train`, written into
+every checkpoint, and the restore hook `specjax.t5x.restore.fill_draft` would have to find
+them in a checkpoint that holds none. They are read and checked once, when gin builds the
+model.
 
-Trees follow the command line: 'suffix' and 'rest' verify a chain of GAMMA drafts or the
-trie of what they retrieve as a dynamic tree (`speculative.from_model.tree` bound to a
+Trees follow the command line: 'copy' verifies a chain or a static tree, a cascade a
+chain; 'suffix' and 'rest' verify a chain of GAMMA drafts or the trie of what they
+retrieve as a dynamic tree (`speculative.from_model.tree` bound to a
 `specjax.core.tree.DynamicTree`, `--tree-nodes/--tree-depth`), never a static branching;
 'lookahead' verifies its own tree (`LookaheadDraft.tree_spec`; GAMMA is its depth), so
 `tree` stays unbound.
@@ -49,21 +56,23 @@ from specjax.datastore import store as datastore
 from specjax.drafting import heads_io
 from specjax.proposers import draft_names as drafts
 from specjax.proposers import rest as rest_lib
+from specjax.proposers.copy import CopyDraft
 from specjax.proposers.layer_skip import LayerSkip
 from specjax.proposers.lookahead import LookaheadDraft
 from specjax.proposers.suffix import SuffixDraft
 from specjax.proposers.trie import Mixture
-from specjax.t5x import restore
+from specjax.t5x import cascade_kind, restore
 
 MODEL, LAYER_SKIP = 'model', 'layerskip'
-SUFFIX, LOOKAHEAD, REST = drafts.SUFFIX, drafts.LOOKAHEAD, drafts.REST
+SUFFIX, LOOKAHEAD, REST, COPY = drafts.SUFFIX, drafts.LOOKAHEAD, drafts.REST, drafts.COPY
+CASCADE = drafts.CASCADE[:-1]  # 'cascade' of 'cascade:model/CHEAP...'
 REST_SUFFIX = REST + drafts.PLUS_SUFFIX  # 'rest+suffix': the name of 'rest:DIR+suffix'
 # The kinds that retrieve continuations and verify a chain or their trie (a dynamic tree).
 RETRIEVAL = (SUFFIX, REST, REST_SUFFIX)
-# The kinds with no draft model, no checkpoint and no params: the three above and lookahead.
-PARAMLESS = RETRIEVAL + (LOOKAHEAD,)
-KINDS = ("'model', 'eagle', 'medusa', 'layerskip:M', 'suffix', 'lookahead[:W,N,G]', "
-         "'rest:DIR' or 'rest:DIR+suffix'")
+# The kinds with no draft model, no checkpoint and no params.
+PARAMLESS = RETRIEVAL + (COPY, LOOKAHEAD)
+KINDS = ("'model', 'eagle', 'medusa', 'layerskip:M', 'copy', 'suffix', 'lookahead[:W,N,G]', "
+         "'rest:DIR', 'rest:DIR+suffix' or 'cascade:model/CHEAP[/K[/C]]'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,15 +80,18 @@ class DraftKind:
   """A checked draft kind.
 
   Attributes:
-    name: 'model', 'eagle', 'medusa', 'layerskip', 'suffix', 'lookahead', 'rest' or
-      'rest+suffix'.
+    name: 'model', 'eagle', 'medusa', 'layerskip', 'copy', 'suffix', 'lookahead', 'rest',
+      'rest+suffix' or 'cascade'.
     layers: M of 'layerskip:M' (0 for the others).
-    path: DRAFT_CHECKPOINT_PATH (None for layer-skip without a trained exit), or DIR of
-      'rest:DIR' and 'rest:DIR+suffix'.
+    path: DRAFT_CHECKPOINT_PATH (None for layer-skip without a trained exit, or a
+      model's or cascade's DRAFT_MODULE), or DIR of 'rest:DIR' and 'rest:DIR+suffix'.
     heads: the draft.json of trained heads or of an early exit, else None.
     lookahead: (W, N, G) of 'lookahead[:W,N,G]', else ().
     datastore: the datastore of 'rest:DIR' (`specjax.datastore.Datastore`: tokens [L] and
       suffixes [L'] int32), read and checked when the kind was parsed, else None.
+    cascade: the parts of 'cascade:...' (`specjax.proposers.draft_names.Cascade`, its
+      model 'model'), else None.
+    inner: the DraftKind of a cascade's CHEAP, else None.
   """
 
   name: str
@@ -88,6 +100,14 @@ class DraftKind:
   heads: Optional[dict] = dataclasses.field(default=None, compare=False, hash=False)
   lookahead: Tuple[int, ...] = ()
   datastore: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+  cascade: Optional[drafts.Cascade] = None
+  inner: Optional['DraftKind'] = None
+
+  @property
+  def has_model(self) -> bool:
+    """Whether the draft is a draft model ('model', or a cascade's), read from
+    DRAFT_CHECKPOINT_PATH or built from DRAFT_MODULE."""
+    return self.name in (MODEL, CASCADE)
 
   @property
   def has_params(self) -> bool:
@@ -96,8 +116,15 @@ class DraftKind:
       return False
     return self.name != LAYER_SKIP or self.path is not None
 
+  def around(self, target, draft) -> Any:
+    """What the draft model `draft` drafts in: itself for 'model', the cascade of
+    'cascade:...' with its CHEAP part for `target`."""
+    if self.name != CASCADE:
+      return draft
+    return cascade_kind.around(self.cascade, draft, self.inner.proposer(target))
+
   def proposer(self, target) -> Any:
-    """The proposer of a kind that drafts from `target` (not 'model').
+    """The proposer of a kind that drafts from `target` (not 'model' nor a cascade).
 
     Raises:
       ValueError: M outside 1 .. L - 1, heads trained for another target, or a datastore
@@ -124,8 +151,11 @@ class DraftKind:
     Returns:
       `stored` for the kinds with params or none; for 'rest' the datastore's arrays
       {'tokens' [L], 'suffixes' [L'], 'starts' [S]} (int32, constants of the decode: module
-      doc), for 'rest+suffix' {'0': those, '1': {}}.
+      doc), for 'rest+suffix' {'0': those, '1': {}}; for a cascade {'draft': stored,
+      'inner': CHEAP's} (vertical) or {'first': stored, 'rest': CHEAP's} (horizontal).
     """
+    if self.name == CASCADE:
+      return cascade_kind.params(self.cascade, stored, self.inner.draft_params(target, {}))
     if self.name in (REST, REST_SUFFIX):
       return self._paramless(target)[1]
     return stored
@@ -135,9 +165,16 @@ class DraftKind:
     a DynamicTree or None (a chain): lookahead's own tree, else `tree`.
 
     Raises:
-      ValueError: a tree bound for 'lookahead', or a static tree for 'suffix' or 'rest'
-        (one line naming the fix).
+      ValueError: a tree bound for 'lookahead' or a cascade, a static tree for 'suffix'
+        or 'rest', or a dynamic one for 'copy' (one line naming the fix).
     """
+    if self.name == CASCADE and tree is not None:
+      raise ValueError(f'DRAFT_KIND {self._spec()!r} is a cascade, which drafts chains: leave '
+                       'speculative.from_model.tree unbound')
+    if self.name == COPY and isinstance(tree, DynamicTree):
+      raise ValueError(f'DRAFT_KIND {COPY!r} grows static trees only (it has no '
+                       'probabilities to grow a dynamic tree by): bind children per depth, '
+                       "e.g. '4,2,2,1', or leave the tree unbound for a chain")
     if self.name == LOOKAHEAD:
       spec = LookaheadDraft(1, *self.lookahead).tree_spec()
       if tree is not None:
@@ -152,8 +189,16 @@ class DraftKind:
                        '--tree-depth), or leave it unbound for a chain of GAMMA drafts')
     return tree
 
+  def check_gamma(self, gamma: int) -> None:
+    """Refuses a GAMMA that a horizontal cascade's draft model would draft alone
+    (`cascade_kind.check_gamma`)."""
+    if self.name == CASCADE:
+      cascade_kind.check_gamma(self.cascade, self._spec(), gamma)
+
   def _spec(self) -> str:
     """The DRAFT_KIND this kind was parsed from."""
+    if self.name == CASCADE:
+      return cascade_kind.spell(self.cascade, self.inner._spec())
     if self.name == LOOKAHEAD:
       return f'{LOOKAHEAD}:{",".join(map(str, self.lookahead))}'
     if self.name == REST:
@@ -172,6 +217,9 @@ class DraftKind:
                          eos_id=target.eos_id, pad_id=target.pad_id)
     if self.name == SUFFIX:
       return suffix, {}
+    if self.name == COPY:
+      return CopyDraft(target.vocab_size, source=bool(target.encoded_axes()),
+                       eos_id=target.eos_id, pad_id=target.pad_id), {}
     if self.name == LOOKAHEAD:
       return drafts.lookahead(self._spec(), target), {}
     store = self.datastore
@@ -214,15 +262,20 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
   if not isinstance(kind, str):
     raise ValueError(f'speculative.from_model.draft_kind (DRAFT_KIND) takes {KINDS}, got '
                      f'{kind!r}')
-  if kind == MODEL:
+  if kind == MODEL or kind.startswith(drafts.CASCADE):
+    cascade = inner = None
+    if kind != MODEL:
+      cascade, inner = _cascade(kind, target_layers, vocabulary, vocab_size)
     if draft_module is None and path is None:
-      raise ValueError('SpeculativeEncoderDecoderModel needs a draft: set '
+      needs = 'a draft' if kind == MODEL else f'its draft model (DRAFT_KIND {kind!r})'
+      raise ValueError(f'SpeculativeEncoderDecoderModel needs {needs}: set '
                        'draft_checkpoint_path (DRAFT_CHECKPOINT_PATH in gin) or draft_module')
     if draft_module is None and heads_io.heads_kind(path) is not None:
       found = heads_io.heads_kind(path)
       raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r} holds {found} heads, not a draft '
                        f'model: set DRAFT_KIND = \'{found}\'')
-    return DraftKind(MODEL, path=path)
+    return DraftKind(MODEL if kind == MODEL else CASCADE, path=path, cascade=cascade,
+                     inner=inner)
   if kind.startswith(LAYER_SKIP + ':'):
     layers = kind[len(LAYER_SKIP) + 1:]
     top = '' if target_layers is None else f' and below the target\'s {target_layers}'
@@ -234,7 +287,7 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
                        'DRAFT_MODULE unbound (None)')
     if path is None:
       return DraftKind(LAYER_SKIP, layers=int(layers))
-    meta = _read(path)
+    meta = restore.heads_meta(path)
     if meta.get('kind') != LAYER_SKIP or int(meta.get('layers', 0)) != int(layers):
       raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r} holds no early exit for {kind} (its '
                        f'draft.json: {meta.get("kind")}, layers {meta.get("layers")}): set it '
@@ -249,7 +302,7 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
       raise ValueError(f'DRAFT_KIND \'{kind}\' needs the heads\' directory: set '
                        f'DRAFT_CHECKPOINT_PATH to what python -m specjax.train_draft --kind '
                        f'{kind} wrote')
-    meta = _read(path)
+    meta = restore.heads_meta(path)
     if meta.get('kind') != kind:
       raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r} holds a {meta.get("kind")} draft, '
                        f'not {kind} heads: set DRAFT_KIND = \'{meta.get("kind")}\'')
@@ -274,7 +327,7 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
       raise ValueError(f'DRAFT_KIND {kind!r} needs its datastore: pass \'rest:DIR\' (or '
                        f'\'rest:DIR+suffix\'), DIR what {datastore.BUILD_COMMAND} --output '
                        'DIR wrote')
-  what = {SUFFIX: 'the row\'s own text', LOOKAHEAD: 'the target\'s own guesses',
+  what = {SUFFIX: 'the row\'s own text', COPY: 'the row\'s input', LOOKAHEAD: 'the target\'s own guesses',
           REST: 'its datastore', REST_SUFFIX: 'its datastore and the row\'s own text'}[name]
   for binding, value in (('DRAFT_MODULE', draft_module),
                          ('DRAFT_CHECKPOINT_PATH', draft_checkpoint_path)):
@@ -291,11 +344,25 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
   return DraftKind(name, path=path or None, lookahead=values, datastore=store)
 
 
+def _cascade(kind: str, target_layers, vocabulary, vocab_size) -> Tuple[Any, DraftKind]:
+  """(Cascade, the DraftKind of its CHEAP) of a cascade's DRAFT_KIND (`cascade_kind`).
+
+  Raises:
+    ValueError: not one of `cascade_kind.FORMS`, or a CHEAP datastore that does not read
+      (one line).
+  """
+  parsed = cascade_kind.parts(kind)
+  if parsed is None or paramless_name(parsed.cheap) in (None, LOOKAHEAD):
+    raise ValueError(f'DRAFT_KIND {kind!r}: {cascade_kind.FORMS}')
+  return parsed, parse(parsed.cheap, None, None, target_layers, vocabulary=vocabulary,
+                       vocab_size=vocab_size)
+
+
 def paramless_name(kind: str) -> Optional[str]:
-  """'suffix', 'lookahead', 'rest' or 'rest+suffix' for a DRAFT_KIND of those (with or
-  without its settings: 'lookahead:W,N,G', 'rest:DIR', 'rest:DIR+suffix'), else None."""
-  if kind == SUFFIX:
-    return SUFFIX
+  """'copy', 'suffix', 'lookahead', 'rest' or 'rest+suffix' for a DRAFT_KIND of those (with
+  or without its settings: 'lookahead:W,N,G', 'rest:DIR', 'rest:DIR+suffix'), else None."""
+  if kind in (COPY, SUFFIX):
+    return kind
   if drafts.is_lookahead(kind):
     return LOOKAHEAD
   if kind in (REST, REST_SUFFIX) or kind.startswith(REST + ':'):
@@ -321,15 +388,3 @@ def comparable_vocabulary(vocabulary) -> Any:
     return None
   from specjax import checkpoints  # pylint: disable=import-outside-toplevel
   return checkpoints.load_vocab(path)
-
-
-def _read(path: str) -> dict:
-  """The draft.json of what train_draft wrote at `path`.
-
-  Raises:
-    ValueError: nothing it wrote is there (one line naming the binding).
-  """
-  try:
-    return restore.read_heads(path)[0]
-  except (FileNotFoundError, OSError, ValueError) as e:
-    raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r}: {" ".join(str(e).split())}') from None

@@ -8,8 +8,9 @@ network, or flaxformer's unscanned T5 1.1) has exactly the param tree of
 T5X's partitioner shards them with its rules; `specjax.t5x.restore.fill_draft` fills them
 from the draft's checkpoint when a target-only checkpoint is restored. The draft is a
 model, trained heads on the target's hidden states (EAGLE, Medusa), the target's own
-first layers, or a draft with no model and no params (suffix, lookahead, a REST datastore,
-whose arrays are constants of the decode; `specjax.t5x.draft_kind`). Training, scoring
+first layers, a draft with no model and no params (copy, suffix, lookahead, a REST
+datastore, whose arrays are constants of the decode), or a cascade of a draft model and
+one of those (`specjax.t5x.draft_kind`). Training, scoring
 and evaluation losses are the parent's, on the target alone. Shape letters: B examples,
 N decodes per example, S input length, L decoder length.
 """
@@ -115,10 +116,11 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     draft_kind: 'model' (a draft model), 'eagle' or 'medusa' (heads that `python -m
       specjax.train_draft` trained, at draft_checkpoint_path), 'layerskip:M' (the
       target's first M decoder layers: no module; no checkpoint, or the early exit
-      `train_draft --kind layerskip` trained at draft_checkpoint_path), or, with no
-      module, checkpoint or params, 'suffix', 'lookahead[:W,N,G]', 'rest:DIR' or
-      'rest:DIR+suffix' (DIR a datastore, checked against output_vocabulary);
-      `--draft`'s names (`specjax.t5x.draft_kind`).
+      `train_draft --kind layerskip` trained at draft_checkpoint_path), with no
+      module, checkpoint or params 'copy', 'suffix', 'lookahead[:W,N,G]', 'rest:DIR' or
+      'rest:DIR+suffix' (DIR a datastore, checked against output_vocabulary), or a
+      cascade of the draft model and one of those, 'cascade:model/CHEAP[/K[/C]]' or
+      'cascade:model:K,CHEAP'; `--draft`'s names (`specjax.t5x.draft_kind`).
     gamma: draft tokens per target call.
     temperature, topk, topp, max_decode_steps: the sampling defaults, T5X's conventions
       (temperature at most 1e-4 is greedy; topk 1, temperature_sample's default, is the
@@ -131,7 +133,8 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     tree: a token tree verified in one target call instead of a chain of gamma drafts:
       children per depth ('4,2,2,1', as `--tree`), or a `specjax.core.tree.DynamicTree`;
       gamma is then the tree's depth. None: a chain. 'suffix' and 'rest' take a chain or
-      a DynamicTree; 'lookahead' verifies its own tree (leave this None).
+      a DynamicTree, 'copy' a chain or children per depth, a cascade a chain; 'lookahead'
+      verifies its own tree (leave this None).
     t5x_rounding: compute in bfloat16 as T5X's network does (rounding its norms, position
       bias and attention where T5X does; docs/bfloat16.md); float32 is unaffected.
   """
@@ -181,7 +184,8 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     settings.update({k: v for k, v in given.items() if v is not None})
     self.max_decode_steps = settings.pop('max_decode_steps')
     self.sampling_defaults = settings
-    if self.draft_kind.name == draft_kinds.MODEL and draft_module is None:
+    self.draft_kind.check_gamma(gamma)
+    if self.draft_kind.has_model and draft_module is None:
       try:  # the draft's architecture, and a bad path fails now, not after the restore
         restore.read_draft(draft_checkpoint_path)
       except (ValueError, FileNotFoundError, OSError) as e:
@@ -198,7 +202,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
   def _draft_variables(self, rng, input_shapes, input_types,
                        target_params: PyTree) -> Mapping[str, PyTree]:
     """The draft's initial {'params', 'params_axes'}."""
-    if self.draft_kind.name != draft_kinds.MODEL:  # heads: their shapes follow the target's
+    if not self.draft_kind.has_model:  # heads: their shapes follow the target's
       heads = self.draft_kind.proposer(specjax_t5(self.module, target_params))
       return {'params': heads.init(rng), 'params_axes': axes_collection(heads.param_axes())}
     if self.draft_module is not None:
@@ -225,17 +229,18 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
 
   def specjax_models(self, params: PyTree) -> Tuple[T5, Any]:
     """(target, draft) from the shapes of a params tree: specjax T5 models, or the target
-    and the proposer that drafts from it (heads, layer-skip)."""
+    and the proposer that drafts from it (heads, layer-skip, a cascade around the draft
+    model, ...)."""
     target_params, draft_params = decoding.split_params(params, DRAFT_KEY)
     target = specjax_t5(self.module, target_params, self.t5x_rounding)
-    if self.draft_kind.name != draft_kinds.MODEL:
+    if not self.draft_kind.has_model:
       return target, self.draft_kind.proposer(target)
     if self.draft_module is not None:
       draft = specjax_t5(self.draft_module, draft_params, self.t5x_rounding)
     else:  # the draft computes in the target's activation dtype
       draft = T5(specjax_t5(None, draft_params, self.t5x_rounding).config.replace(
           dtype=target.config.dtype))
-    return target, draft
+    return target, self.draft_kind.around(target, draft)  # a cascade's, or the model
 
   def _compute_logits(self, params, batch, dropout_rng=None, mutable=False,
                       other_variables=None):
@@ -301,7 +306,7 @@ class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     target_params = specjax_params(self.module, target_params)
     if self.draft_module is not None:
       draft_params = specjax_params(self.draft_module, draft_params)
-    draft_params = self.draft_kind.draft_params(target, draft_params)  # a datastore's arrays
+    draft_params = self.draft_kind.draft_params(target, draft_params)  # + a datastore's
     length = batch['decoder_input_tokens'].shape[1]  # L
     steps = length if self.max_decode_steps is None else min(length,
                                                              int(self.max_decode_steps))

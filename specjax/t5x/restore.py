@@ -51,6 +51,18 @@ def read_heads(path: str) -> Tuple[dict, PyTree]:
   return meta, jax.tree.map(lambda a: np.asarray(a, np.float32), jax.device_get(params))
 
 
+def heads_meta(path: str) -> dict:
+  """The draft.json of what train_draft wrote at DRAFT_CHECKPOINT_PATH `path`.
+
+  Raises:
+    ValueError: nothing it wrote is there (one line naming the binding).
+  """
+  try:
+    return read_heads(path)[0]
+  except (FileNotFoundError, OSError, ValueError) as e:
+    raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r}: {" ".join(str(e).split())}') from None
+
+
 def draft_params(path: str) -> PyTree:
   """The draft's params at `path`: trained heads, or a model's checkpoint."""
   if heads_io.heads_kind(path) is not None:

@@ -1,5 +1,5 @@
 """The draft kinds of the T5X route (speculative.from_model.draft_kind, gin's DRAFT_KIND):
-trained EAGLE and Medusa heads, layer-skip and the drafts with no draft model (suffix,
+trained EAGLE and Medusa heads, layer-skip and the drafts with no draft model (copy, suffix,
 lookahead, a REST datastore) predict T5X's own greedy decode token for token, chains and
 trees; sampled, they decode what specjax's decode does with the same proposer (`--draft
 eagle:PATH`'s, `--draft rest:DIR`'s, ...); the heads' params sit under the model's params
@@ -102,23 +102,13 @@ def test_greedy_equals_t5x_temperature_sample(setup, kind, tree):
 def test_sampled_decodes_are_specjax_decodes_with_the_same_heads(setup, kind):
   """At T=1 the model's decodes and counts are those of specjax's decode with the proposer
   `--draft KIND:PATH` loads; zeroed heads give other counts (the params reach the draft)."""
-  target, target_params, heads = setup
+  target, _, heads = setup
   model = _build(kind, heads, temperature=1.0, topk=0)
   batch = tiny_t5x.batch(B, S, L, seed=2)
   params = _params(kind, setup)
-  got, aux = model.predict_batch_with_aux(params, batch, rng=RNG)
   proposer, stored = drafts.resolve_draft(f'{kind.split(":")[0]}:{heads[kind]}', target,
                                           'tiny', None)
-  ref = decoding.predict(target, target_params, proposer, stored,
-                         batch['encoder_input_tokens'], max_decode_len=L, gamma=3,
-                         sampling=decoding.sampling_from_t5x(temperature=1.0), rng=RNG)
-  np.testing.assert_array_equal(np.asarray(got), np.asarray(ref.decodes[:, -1]))
-  np.testing.assert_array_equal(np.asarray(aux['target_calls']),
-                                np.asarray(ref.aux['target_calls']))
-  zeroed = dict(params, draft=jax.tree.map(np.zeros_like, params['draft']))
-  _, other = model.predict_batch_with_aux(zeroed, batch, rng=RNG)
-  assert not np.array_equal(np.asarray(other['target_calls']),
-                            np.asarray(aux['target_calls']))
+  tiny_t5x.assert_sampled_like_specjax(model, params, batch, RNG, proposer, stored, gamma=3)
 
 
 def test_initial_variables_hold_the_heads_with_their_axes(setup):
@@ -242,7 +232,7 @@ def test_heads_for_another_target_are_refused_in_one_line(setup, tmp_path):
 # ------------------------------------------------------------- drafts with no draft model
 
 # The kinds with no draft model ('rest' and 'rest+suffix': 'rest:DIR', 'rest:DIR+suffix').
-NO_MODEL = ('suffix', 'lookahead', 'lookahead:2,2,2', 'rest', 'rest+suffix')
+NO_MODEL = ('copy', 'suffix', 'lookahead', 'lookahead:2,2,2', 'rest', 'rest+suffix')
 
 
 def _documents(rows):
@@ -293,11 +283,11 @@ def _no_model(kind, stores, store='own', **kw):
 
 
 @pytest.mark.parametrize('kind, tree', [(k, None) for k in NO_MODEL] + [
-    (k, DynamicTree(4, 3, 2)) for k in ('suffix', 'rest', 'rest+suffix')])
+    (k, DynamicTree(4, 3, 2)) for k in ('suffix', 'rest', 'rest+suffix')] + [('copy', '2,2,1')])
 def test_drafts_with_no_model_predict_t5x_greedy(setup, stores, kind, tree):
-  """Chains of GAMMA, dynamic trees of the retrieved tries, lookahead's own tree: T5X's own
-  greedy decode token for token, and some calls keep more than one token (the drafts
-  reach the decode)."""
+  """Chains of GAMMA, dynamic trees of the retrieved tries, copy's static tree, lookahead's
+  own tree: T5X's own greedy decode token for token, and some calls keep more than one
+  token (the drafts reach the decode)."""
   model = _no_model(kind, stores, tree=tree)
   batch = tiny_t5x.batch(B, S, L)
   got, aux = jax.jit(model.predict_batch_with_aux)(setup[1], batch)
@@ -323,7 +313,7 @@ def test_the_datastore_reaches_the_decode(setup, stores):
   assert calls['own'] < calls['other']
 
 
-@pytest.mark.parametrize('kind', ['suffix', 'lookahead:2,2,2', 'rest', 'rest+suffix'])
+@pytest.mark.parametrize('kind', ['copy', 'suffix', 'lookahead:2,2,2', 'rest', 'rest+suffix'])
 def test_sampled_drafts_with_no_model_are_specjax_decodes(setup, stores, kind):
   """At T=1 the model's decodes and counts are those of specjax's decode with the proposer
   and params `--draft KIND` resolves to (lookahead: its own tree)."""
@@ -379,7 +369,7 @@ LOOKAHEAD_FORM = (r"pass 'lookahead' or 'lookahead:W,N,G' \(window, n-gram size,
     (dict(draft_kind='rest:wide'),
      r"built with a vocabulary of 64 ids, more than the target's 32 logits"),
     (dict(draft_kind='restful'), r"draft_kind \(DRAFT_KIND\) takes .*'lookahead\[:W,N,G\]', "
-     r"'rest:DIR' or 'rest:DIR\+suffix', got 'restful'"),
+     r"'rest:DIR', 'rest:DIR\+suffix' or 'cascade:model/CHEAP\[/K\[/C\]\]', got 'restful'"),
     (dict(draft_kind='suffix', tree='2,2,1'),
      r"speculative.from_model.tree: DRAFT_KIND 'suffix' proposes the trie of what it "
      r'retrieves, not a fixed branching: bind a dynamic tree'),

@@ -97,3 +97,25 @@ def restored(model, checkpoint, draft_path):
   state, _ = utils.create_checkpoint_manager_and_restore(init, partitioner, cfg, cfg.path,
                                                          None, use_orbax=True)
   return flax.core.unfreeze(state.params)
+
+
+def assert_sampled_like_specjax(model, params, batch, rng, proposer, stored, gamma):
+  """At T=1 `model`'s predictions of `batch` with `params` (the draft's under 'draft') are
+  the decodes and target calls of specjax's decode with `proposer` and its params `stored`
+  (what `--draft` resolves to); zeroed draft params give other counts (the draft's params
+  reach the decode)."""
+  from specjax.t5x import decoding  # pylint: disable=import-outside-toplevel
+  got, aux = model.predict_batch_with_aux(params, batch, rng=rng)
+  target, _ = model.specjax_models(params)
+  target_params = {k: v for k, v in params.items() if k != 'draft'}
+  ref = decoding.predict(target, target_params, proposer, stored,
+                         batch['encoder_input_tokens'],
+                         max_decode_len=batch['decoder_input_tokens'].shape[1], gamma=gamma,
+                         sampling=decoding.sampling_from_t5x(temperature=1.0), rng=rng)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(ref.decodes[:, -1]))
+  np.testing.assert_array_equal(np.asarray(aux['target_calls']),
+                                np.asarray(ref.aux['target_calls']))
+  zeroed = dict(params, draft=jax.tree.map(np.zeros_like, params['draft']))
+  _, other = model.predict_batch_with_aux(zeroed, batch, rng=rng)
+  assert not np.array_equal(np.asarray(other['target_calls']),
+                            np.asarray(aux['target_calls']))

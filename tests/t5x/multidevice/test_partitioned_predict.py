@@ -70,6 +70,18 @@ def _placed(model, params, partitioner):
                                      out_axis_resources=axes)(params)
 
 
+def _assert_partitioned_equal(model, setting, partitioner, axes, placed, batch, ref):
+  """The partitioned predict's (decodes, aux), asserted to equal `ref`'s decodes and target
+  calls (ref: the unsharded (decodes, aux))."""
+  predict = partitioner.partition(
+      _predict(model, setting), in_axis_resources=(axes, partitioner.data_partition_spec, None),
+      out_axis_resources=None)
+  decodes, aux = jax.device_get(predict(placed, batch, RNG))
+  np.testing.assert_array_equal(decodes, ref[0])
+  np.testing.assert_array_equal(aux['target_calls'], ref[1]['target_calls'])
+  return decodes, aux
+
+
 @pytest.mark.parametrize('num_partitions', [2, 4])
 @pytest.mark.parametrize('setting', list(SETTINGS))
 def test_partitioned_equals_unsharded(setup, unsharded, num_partitions, setting):
@@ -80,14 +92,9 @@ def test_partitioned_equals_unsharded(setup, unsharded, num_partitions, setting)
   draft_logits = placed['draft']['decoder']['logits_dense']['kernel']
   assert 'model' in tuple(draft_logits.sharding.spec)  # the draft is sharded by T5X's rules
   assert len(draft_logits.sharding.device_set) == 8
-  predict = partitioner.partition(
-      _predict(model, setting), in_axis_resources=(axes, partitioner.data_partition_spec, None),
-      out_axis_resources=None)
-  decodes, aux = jax.device_get(predict(placed, batch, RNG))
-  ref_decodes, ref_aux = unsharded[setting]
-  np.testing.assert_array_equal(decodes, ref_decodes)
-  np.testing.assert_allclose(aux['scores'], ref_aux['scores'], atol=1e-5)
-  np.testing.assert_array_equal(aux['target_calls'], ref_aux['target_calls'])
+  decodes, aux = _assert_partitioned_equal(model, setting, partitioner, axes, placed, batch,
+                                           unsharded[setting])
+  np.testing.assert_allclose(aux['scores'], unsharded[setting][1]['scores'], atol=1e-5)
   assert decodes.shape == (B, SETTINGS[setting][0], L)
 
 
@@ -137,12 +144,8 @@ def test_partitioned_heads_equal_unsharded(heads_setup, setup, kind, sharded, se
   for key in sharded:
     leaf = leaf[key]
   assert 'model' in tuple(leaf.sharding.spec)  # sharded by T5X's rules
-  predict = partitioner.partition(
-      _predict(model, setting), in_axis_resources=(axes, partitioner.data_partition_spec, None),
-      out_axis_resources=None)
-  decodes, aux = jax.device_get(predict(placed, batch, RNG))
-  np.testing.assert_array_equal(decodes, ref_decodes)
-  np.testing.assert_array_equal(aux['target_calls'], ref_aux['target_calls'])
+  _assert_partitioned_equal(model, setting, partitioner, axes, placed, batch,
+                            (ref_decodes, ref_aux))
 
 
 @pytest.mark.parametrize('setting', list(SETTINGS))
@@ -170,9 +173,26 @@ def test_partitioned_drafts_with_no_model_equal_unsharded(setup, tmp_path, kind,
   partitioner = MeshPartitioner(2)
   axes, placed = _placed(model, target_params, partitioner)
   assert 'draft' not in placed
-  predict = partitioner.partition(
-      _predict(model, setting), in_axis_resources=(axes, partitioner.data_partition_spec, None),
-      out_axis_resources=None)
-  decodes, aux = jax.device_get(predict(placed, batch, RNG))
-  np.testing.assert_array_equal(decodes, ref_decodes)
-  np.testing.assert_array_equal(aux['target_calls'], ref_aux['target_calls'])
+  _assert_partitioned_equal(model, setting, partitioner, axes, placed, batch,
+                            (ref_decodes, ref_aux))
+
+
+@pytest.mark.parametrize('setting', list(SETTINGS))
+@pytest.mark.parametrize('kind', ['cascade:model/suffix/2/2', 'cascade:model:1,suffix'])
+def test_partitioned_cascades_equal_unsharded(setup, kind, setting):
+  """Cascades (DRAFT_KIND 'cascade:model/CHEAP/K/C', 'cascade:model:K,CHEAP') under T5X's
+  partitioner: the draft model's params are sharded by T5X's rules as for DRAFT_KIND
+  'model', the capped cascade's per-row counts are split with the rows, and the decodes
+  equal the unsharded ones."""
+  from specjax.t5x import model as speculative  # pylint: disable=import-outside-toplevel
+  _, params, batch = setup
+  model = speculative.SpeculativeEncoderDecoderModel(
+      tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_module=tiny_t5x.DRAFT,
+      draft_kind=kind, gamma=3)
+  ref_decodes, ref_aux = jax.device_get(jax.jit(_predict(model, setting))(params, batch, RNG))
+  partitioner = MeshPartitioner(2)
+  axes, placed = _placed(model, params, partitioner)
+  draft_logits = placed['draft']['decoder']['logits_dense']['kernel']
+  assert 'model' in tuple(draft_logits.sharding.spec)
+  _assert_partitioned_equal(model, setting, partitioner, axes, placed, batch,
+                            (ref_decodes, ref_aux))
