@@ -327,7 +327,8 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
       raise ValueError(f'DRAFT_KIND {kind!r} needs its datastore: pass \'rest:DIR\' (or '
                        f'\'rest:DIR+suffix\'), DIR what {datastore.BUILD_COMMAND} --output '
                        'DIR wrote')
-  what = {SUFFIX: 'the row\'s own text', COPY: 'the row\'s input', LOOKAHEAD: 'the target\'s own guesses',
+  what = {SUFFIX: 'the row\'s own text', COPY: 'the row\'s input',
+          LOOKAHEAD: 'the target\'s own guesses',
           REST: 'its datastore', REST_SUFFIX: 'its datastore and the row\'s own text'}[name]
   for binding, value in (('DRAFT_MODULE', draft_module),
                          ('DRAFT_CHECKPOINT_PATH', draft_checkpoint_path)):
