@@ -86,7 +86,6 @@ def test_cascades_predict_t5x_greedy(setup, kind):
   _, proposer = model.specjax_models(params)
   assert isinstance(proposer, VerticalCascade if model.draft_kind.cascade.vertical else
                     HorizontalCascade)
-  assert proposer.config == model.specjax_models(params)[1].config  # the draft model's
   batch = tiny_t5x.batch(B, S, L)
   got, aux = jax.jit(model.predict_batch_with_aux)(params, batch)
   ref = jax.jit(tiny_t5x.greedy_model().predict_batch)(target_params, batch)
