@@ -37,17 +37,14 @@ from specjax.checkpoints.registry import ASSETS, MANLM_ASSETS, MANPAGES_ASSETS, 
 from specjax.datastore import store as datastore
 from specjax.drafting import heads_io
 from specjax.proposers.bigram import load_table
-from specjax.proposers.copy import CopyDraft
 from specjax.proposers.draft_names import (  # pylint: disable=unused-import
     BIGRAM, CASCADE, CHEAP, COPY, LOOKAHEAD, LOOKAHEAD_BOUNDS, LOOKAHEAD_DEFAULT, PLUS_SUFFIX,
-    REST, SUFFIX, Cascade, is_lookahead, is_retrieval, lookahead, parse_cascade,
-    parse_lookahead)
+    REST, SUFFIX, Cascade, copy_draft, is_lookahead, is_retrieval, lookahead, parse_cascade,
+    parse_lookahead, suffix_draft)
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
-from specjax.core.model_proposer import as_proposer
 from specjax.proposers import rest as rest_lib
-from specjax.proposers.cascade import HorizontalCascade, VerticalCascade
-from specjax.proposers.suffix import SuffixDraft
+from specjax.proposers import cascade as cascade_lib
 from specjax.proposers.trie import Mixture
 
 # The bigram table of each registry target that ships one.
@@ -129,8 +126,7 @@ def retrieval(spec: str, target, target_name: str, vocab=None):
       with another vocabulary, or holding ids the target cannot emit.
   """
   if spec == SUFFIX:
-    return SuffixDraft(target.vocab_size, source=bool(target.encoded_axes()),
-                       eos_id=target.eos_id, pad_id=target.pad_id), {}
+    return suffix_draft(target), {}
   if spec.endswith(PLUS_SUFFIX):
     parts = [retrieval(s, target, target_name, vocab)
              for s in (spec[:-len(PLUS_SUFFIX)], SUFFIX)]
@@ -174,13 +170,6 @@ def layer_skip(spec: str, target):
   return LayerSkip(target, int(meta['layers']), trained_exit=True), params
 
 
-def copy_draft(target) -> CopyDraft:
-  """The copy draft for `target`: it searches the encoder input of an encoder-decoder (a
-  decoder-only target's prompt is in the output history already)."""
-  return CopyDraft(target.vocab_size, source=bool(target.encoded_axes()),
-                   eos_id=target.eos_id, pad_id=target.pad_id)
-
-
 def trained_heads(path: str, target, kind: str = MEDUSA):
   """(MedusaHeads or EagleHead, params) of the heads at `path`, checked against the
   target's sizes.
@@ -198,11 +187,8 @@ def cascade(parsed: Cascade, target, target_name: str, load_model, table=None, v
   model, params = load_model(parsed.model)
   cheap, cheap_params = resolve_draft(parsed.cheap, target, target_name, load_model, table,
                                       vocab)
-  if parsed.vertical:
-    return (VerticalCascade(model, cheap, parsed.count, parsed.calls),
-            {'draft': params, 'inner': cheap_params})
-  return (HorizontalCascade(as_proposer(model), cheap, parsed.count),
-          {'first': params, 'rest': cheap_params})
+  return (cascade_lib.of_parts(parsed.vertical, model, cheap, parsed.count, parsed.calls),
+          cascade_lib.params_of(parsed.vertical, params, cheap_params))
 
 
 def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str], Tuple],

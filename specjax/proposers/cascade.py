@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from specjax.core import acceptance, sampling as sampling_lib
 from specjax.core import proposal as proposal_lib
 from specjax.core import steps
+from specjax.core.model_proposer import as_proposer
 from specjax.core.state import LoopConfig, gather_rows
 from specjax.models import base
 
@@ -306,3 +307,20 @@ class HorizontalCascade:
     # A row proposes past K only if the first proposed all K.
     drafted = jnp.where(first.drafted >= depth, depth + more.drafted, first.drafted)
     return proposal_lib.chain(x, q, first.state, first.nonfinite | more.nonfinite, drafted)
+
+
+def of_parts(vertical: bool, model: Any, cheap: Any, count: int,
+             calls: Optional[int] = None) -> Any:
+  """The cascade of a draft model `model` (`specjax.models.base.Model`) and a proposer
+  `cheap` that reads only the sequence: vertical, `cheap` drafting `count` tokens per call
+  of `model`, in at most `calls` of them; else horizontal, `model`'s first `count` drafts."""
+  if vertical:
+    return VerticalCascade(model, cheap, count, calls)
+  return HorizontalCascade(as_proposer(model), cheap, count)
+
+
+def params_of(vertical: bool, model_params: Any, cheap_params: Any) -> dict:
+  """`of_parts`' cascade's params, from its draft model's and its cheap proposer's."""
+  if vertical:
+    return {'draft': model_params, 'inner': cheap_params}
+  return {'first': model_params, 'rest': cheap_params}

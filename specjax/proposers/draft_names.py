@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Optional, Tuple
 
+from specjax.proposers.copy import CopyDraft
 from specjax.proposers.lookahead import LookaheadDraft
+from specjax.proposers.suffix import SuffixDraft
 
 REST, SUFFIX = 'rest', 'suffix'
 PLUS_SUFFIX = '+suffix'  # rest[:DIR]+suffix: one trie of both's continuations
@@ -41,6 +43,19 @@ def parse_lookahead(spec: str) -> Tuple[int, int, int]:
                              zip(values, LOOKAHEAD_BOUNDS.values())):
     raise ValueError(form)
   return values
+
+
+def copy_draft(target) -> CopyDraft:
+  """The copy draft for `target`: it searches the encoder input of an encoder-decoder (a
+  decoder-only target's prompt is in the output history already)."""
+  return CopyDraft(target.vocab_size, source=bool(target.encoded_axes()),
+                   eos_id=target.eos_id, pad_id=target.pad_id)
+
+
+def suffix_draft(target) -> SuffixDraft:
+  """The suffix draft for `target`: the row's own output, and an encoder-decoder's input."""
+  return SuffixDraft(target.vocab_size, source=bool(target.encoded_axes()),
+                     eos_id=target.eos_id, pad_id=target.pad_id)
 
 
 def lookahead(spec: str, target) -> LookaheadDraft:

@@ -1,16 +1,14 @@
 """The T5X route's cascades: DRAFT_KIND 'cascade:model/CHEAP[/K[/C]]' (vertical) or
 'cascade:model:K,CHEAP' (horizontal), `--draft cascade:NAME/...` with NAME the draft model
-of DRAFT_CHECKPOINT_PATH or DRAFT_MODULE, spelled 'model'. Their forms, the proposer built
-around the draft model, its params and its spelling; `specjax.t5x.draft_kind` parses them
-and their CHEAP part. Imports no t5x.
+of DRAFT_CHECKPOINT_PATH or DRAFT_MODULE, spelled 'model'. Their forms and spelling (the
+proposer and its params: `specjax.proposers.cascade.of_parts`, `params_of`);
+`specjax.t5x.draft_kind` parses them and their CHEAP part. Imports no t5x.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-from specjax.core.model_proposer import as_proposer
 from specjax.proposers import draft_names as drafts
-from specjax.proposers.cascade import HorizontalCascade, VerticalCascade
 
 MODEL = 'model'  # the cascade's draft model: DRAFT_CHECKPOINT_PATH's or DRAFT_MODULE's
 FORMS = ("pass 'cascade:model/CHEAP' (the draft model's chain drafted by CHEAP, 3 tokens per "
@@ -29,21 +27,6 @@ def parts(kind: str) -> Optional[drafts.Cascade]:
   except ValueError:
     return None
   return None if parsed.model != MODEL or parsed.cheap == drafts.BIGRAM else parsed
-
-
-def around(cascade: drafts.Cascade, draft: Any, cheap: Any) -> Any:
-  """The cascade of the draft model `draft` (a `specjax.models.base.Model`) and the
-  proposer `cheap`."""
-  if cascade.vertical:
-    return VerticalCascade(draft, cheap, cascade.count, cascade.calls)
-  return HorizontalCascade(as_proposer(draft), cheap, cascade.count)
-
-
-def params(cascade: drafts.Cascade, stored: Any, cheap: Any) -> dict:
-  """The cascade's params: {'draft': the draft model's, 'inner': CHEAP's} (vertical) or
-  {'first': ..., 'rest': ...} (horizontal)."""
-  return {'draft': stored, 'inner': cheap} if cascade.vertical else {'first': stored,
-                                                                     'rest': cheap}
 
 
 def spell(cascade: drafts.Cascade, cheap: str) -> str:

@@ -55,11 +55,10 @@ from specjax.core.tree import DynamicTree
 from specjax.datastore import store as datastore
 from specjax.drafting import heads_io
 from specjax.proposers import draft_names as drafts
+from specjax.proposers import cascade as cascade_lib
 from specjax.proposers import rest as rest_lib
-from specjax.proposers.copy import CopyDraft
 from specjax.proposers.layer_skip import LayerSkip
 from specjax.proposers.lookahead import LookaheadDraft
-from specjax.proposers.suffix import SuffixDraft
 from specjax.proposers.trie import Mixture
 from specjax.t5x import cascade_kind, restore
 
@@ -121,7 +120,9 @@ class DraftKind:
     'cascade:...' with its CHEAP part for `target`."""
     if self.name != CASCADE:
       return draft
-    return cascade_kind.around(self.cascade, draft, self.inner.proposer(target))
+    parts = self.cascade
+    return cascade_lib.of_parts(parts.vertical, draft, self.inner.proposer(target),
+                                parts.count, parts.calls)
 
   def proposer(self, target) -> Any:
     """The proposer of a kind that drafts from `target` (not 'model' nor a cascade).
@@ -155,7 +156,8 @@ class DraftKind:
       'inner': CHEAP's} (vertical) or {'first': stored, 'rest': CHEAP's} (horizontal).
     """
     if self.name == CASCADE:
-      return cascade_kind.params(self.cascade, stored, self.inner.draft_params(target, {}))
+      return cascade_lib.params_of(self.cascade.vertical, stored,
+                                   self.inner.draft_params(target, {}))
     if self.name in (REST, REST_SUFFIX):
       return self._paramless(target)[1]
     return stored
@@ -213,13 +215,10 @@ class DraftKind:
     Raises:
       ValueError: the datastore holds ids the target cannot emit (one line).
     """
-    suffix = SuffixDraft(target.vocab_size, source=bool(target.encoded_axes()),
-                         eos_id=target.eos_id, pad_id=target.pad_id)
     if self.name == SUFFIX:
-      return suffix, {}
+      return drafts.suffix_draft(target), {}
     if self.name == COPY:
-      return CopyDraft(target.vocab_size, source=bool(target.encoded_axes()),
-                       eos_id=target.eos_id, pad_id=target.pad_id), {}
+      return drafts.copy_draft(target), {}
     if self.name == LOOKAHEAD:
       return drafts.lookahead(self._spec(), target), {}
     store = self.datastore
@@ -228,7 +227,7 @@ class DraftKind:
     rest, params = rest_lib.from_arrays(store.tokens, store.suffixes, store.max_query, target)
     if self.name == REST:
       return rest, params
-    return Mixture((rest, suffix)), {'0': params, '1': {}}
+    return Mixture((rest, drafts.suffix_draft(target))), {'0': params, '1': {}}
 
 
 def _too_wide(store, logits: int) -> str:
