@@ -203,6 +203,12 @@ def max_depth(draft) -> Optional[int]:
   return getattr(draft, 'max_depth', None)
 
 
+def min_depth(draft) -> int:
+  """The fewest tokens below the root `draft` can propose as a chain (a horizontal cascade:
+  one more than its first proposer's; its `min_depth` attribute), else 1."""
+  return getattr(draft, 'min_depth', 1)
+
+
 def draft_view(draft, tp: PyTree, dp: PyTree, target_enc: PyTree,
                draft_enc: PyTree) -> tuple:
   """The (params, encoding) a proposer drafts with: its own, or for one that reads the

@@ -65,7 +65,7 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
                  max_decode_len: int, max_gamma: int = 8, probe_gamma: int = 4,
                  mesh=None, rules: Optional[axis_rules.Rules] = None, probe=None,
                  slots: Optional[int] = None, passes: int = 3,
-                 say: Optional[Callable[[str], None]] = None, **rule
+                 say: Optional[Callable[[str], None]] = None, least_gamma: int = 1, **rule
                  ) -> Tuple[int, str, dict]:
   """Picks gamma where the decode will run, or 0 (the target alone) when no gamma wins.
 
@@ -80,31 +80,43 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
     inputs: [B, S] int32, one batch of the run's inputs.
     sampling: the run's sampling setting (alpha depends on it).
     max_decode_len: L of the probe decodes.
-    max_gamma: gammas 1..max_gamma are considered.
-    probe_gamma: gamma of the probe decode that measures alpha.
+    max_gamma: gammas least_gamma..max_gamma are considered.
+    probe_gamma: gamma of the probe decode that measures alpha (least_gamma at least).
     mesh, rules: the run's mesh (None: one device).
     probe: [U, S] the inputs the decodes are timed on (default `inputs`).
     slots: decode the probe through this many refilling rows, as the run does.
     passes: timed passes of each decode (each keeps its fastest).
     say: called with a line saying what is measured, before it is (progress), or None.
+    least_gamma: the shortest chain the draft proposes (`specjax.core.proposal.min_depth`:
+      a horizontal cascade's K + 1), at most max_gamma.
     **rule: verification, draft_threshold, threshold_rule, lenience, as the run.
+
+  Raises:
+    ValueError: least_gamma above max_gamma (one line).
 
   Returns:
     (gamma, reason, costs): the chosen gamma (0: the target alone), a one-line explanation
     with the measured numbers, and the measurements (c, v, 'alpha', 'predicted_best',
     'predicted_speedup', 'measured_speedup', the 'devices' the calls ran on).
   """
+  if least_gamma > max_gamma:
+    raise ValueError(f'--gamma auto: the draft proposes chains of at least {least_gamma} '
+                     f'tokens, more than the {max_gamma} it may weigh: pass --max-gamma '
+                     f'{least_gamma} or more (and --max-decode-len {least_gamma} or more), '
+                     'or --gamma N')
   if say:
-    say(f'--gamma auto: measuring gammas 1..{max_gamma} on {_count(inputs, probe)} inputs, '
-        'then timing the best against the target alone')
+    say(f'--gamma auto: measuring gammas {least_gamma}..{max_gamma} on '
+        f'{_count(inputs, probe)} inputs, then timing the best against the target alone')
   tp, dp, inputs, probe, costs, kw = _calibration(target, tp, draft, dp, inputs, sampling,
                                                   max_decode_len, max_gamma, mesh, rules,
                                                   probe, slots)
-  first = api.speculative_decode(target, tp, draft, dp, probe, gamma=probe_gamma, **kw, **rule)
+  first = api.speculative_decode(target, tp, draft, dp, probe,
+                                 gamma=max(probe_gamma, least_gamma), **kw, **rule)
   s = jax.tree.map(np.asarray, first.stats)
   alpha = float(min(1.0, decode_figures(s).alpha))
   v = costs['v']
-  best = theory.best_gamma(alpha, costs['c'], lambda k: v[k], range(1, max_gamma + 1))
+  best = theory.best_gamma(alpha, costs['c'], lambda k: v[k],
+                           range(least_gamma, max_gamma + 1))
   predicted = theory.speedup(alpha, best, costs['c'], v[best + 1])
   spec, alone = tokens_per_second([
       lambda: api.speculative_decode(target, tp, draft, dp, probe, gamma=best, **kw, **rule),
@@ -115,7 +127,7 @@ def choose_gamma(target, tp, draft, dp, inputs, sampling: SamplingConfig,
            f'model={mesh.shape["model"]})' if mesh is not None else '1 device')
   found = (f'calibrated on {where}: alpha {alpha:.3f}, draft cost c {costs["c"]:.3f}, '
            f'verify cost v({best + 1}) {v[best + 1]:.2f}: gamma {best} maximises the '
-           f'predicted speedup ({predicted:.2f}x) over 1..{max_gamma}, and measures '
+           f'predicted speedup ({predicted:.2f}x) over {least_gamma}..{max_gamma}, and measures '
            f'{measured:.2f}x on {len(probe)} inputs')
   reason = found if gamma else (f'{found}; slower than the target alone, so gamma 0: the '
                                 'target alone decodes')

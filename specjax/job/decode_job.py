@@ -128,7 +128,8 @@ def _choose_gamma(job: DecodeConfig, pair, inputs: Inputs, mesh, output,
   gamma, reason, costs = calibrate.choose_gamma(
       target, tp, draft, dp, probe[:job.batch_size], job.sampling, job.max_decode_len,
       max_gamma=most, probe_gamma=min(4, most), mesh=mesh, rules=job_rules(job), probe=probe,
-      slots=job.batch_size if job.refill else None, say=job.say, **rule_kwargs(job))
+      slots=job.batch_size if job.refill else None, say=job.say,
+      least_gamma=proposal.min_depth(draft), **rule_kwargs(job))
   calibration = {'alpha': costs['alpha'], 'c': costs['c'],
                  'v': {str(k): x for k, x in costs['v'].items()},
                  'predicted_best': costs['predicted_best'],

@@ -239,6 +239,11 @@ class HorizontalCascade:
                        f'{self.depth}')
 
   @property
+  def min_depth(self) -> int:
+    """K + 1: a chain shorter leaves the rest nothing (`specjax.core.proposal.min_depth`)."""
+    return self.depth + 1
+
+  @property
   def vocab_size(self) -> int:
     return self.first.vocab_size
 

@@ -24,7 +24,7 @@ import numpy as np
 from specjax.core import steps
 from specjax.core.sampling import SamplingParams
 from specjax.core.state import LoopConfig
-from specjax.core.proposal import draft_view, reads_target, shares_cache
+from specjax.core.proposal import draft_view, min_depth, reads_target, shares_cache
 from specjax.core.steps import Bound
 from specjax.core.model_proposer import as_proposer
 
@@ -59,13 +59,15 @@ def _repeat_call(model, params, inputs, num_tokens, repeats, cache_len, draft):
   same in both."""
   bound = Bound(model, params, _encode(model, params, inputs))
   batch = inputs.shape[0]
-  cfg = LoopConfig(gamma=1, max_decode_len=1)
   proposer = draft and not hasattr(model, 'decode')  # a draft that is not a model
+  # A proposer's shortest chain (one token; a horizontal cascade's K + 1: `step_costs`
+  # divides its time by it).
+  cfg = LoopConfig(gamma=min_depth(model) if proposer else 1, max_decode_len=1)
 
   def body(i, carry):
     cache, total = carry
     seq, pos = _inputs_at(i, batch, cache_len, cache_len if proposer else num_tokens)
-    if proposer:  # its proposal of one token
+    if proposer:  # its proposal of its shortest chain
       d = bound.propose(cache, seq, pos, None, _GREEDY, cfg)
       return d.state, total + d.tokens[0, 0].astype(jnp.float32)
     if draft:
@@ -260,7 +262,8 @@ def step_costs(target, tp, draft, dp, inputs, max_k: int, rounds: int = 3,
   for _ in range(max(rounds, 1)):
     best = [min(b, call_seconds(m, p, inputs, k, draft=d, **kw))
             for b, (m, p, k, d) in zip(best, calls)]
-  d1, t = best[0], dict(zip(range(1, max_k + 1), best[1:]))
+  # A proposer's shortest chain is timed (`_repeat_call`): its cost per drafted token.
+  d1, t = best[0] / min_depth(draft), dict(zip(range(1, max_k + 1), best[1:]))
   return {'target_step_seconds': t[1], 'draft_step_seconds': d1, 'c': d1 / t[1],
           'v': {k: t[k] / t[1] for k in t},
           'devices': devices_used(target, tp, inputs, kw.get('cache_len', CACHE_LEN))}
