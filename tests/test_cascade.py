@@ -2,9 +2,12 @@
 so the decode's every counter is the plain draft's; sampled: the chain follows the draft
 model's distribution, by chi-square against its enumerated probabilities, and a broken
 inner rule fails the same test); vertical and horizontal cascades keep the target's greedy
-output on the demo lines and its distribution when sampled; the command line refuses the
-forms that do not go together in one line."""
+output on the demo lines and its distribution when sampled; a bigram table named by its
+path ('bigram:TABLE') is the one that drafts; `--gamma auto` weighs a horizontal cascade's
+gammas above its K; the command line refuses the forms that do not go together in one
+line."""
 import itertools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -19,10 +22,11 @@ from specjax.core.sampling import SamplingConfig, SamplingParams
 from specjax.core.state import LoopConfig, split_keys
 from specjax.job import drafts
 from specjax.models.markov import MarkovModel
-from specjax.proposers.bigram import BigramDraft, table_from_counts
+from specjax.proposers.bigram import BigramDraft, read_table, save_table, table_from_counts
 from specjax.proposers.cascade import HorizontalCascade, VerticalCascade
 from specjax.core.model_proposer import as_proposer
 from stats_util import chi_square_pvalue, enumerate_markov
+from test_decode_cli import SENTENCES, _run_main
 from test_tree_decode import _demo_lines
 
 T1 = SamplingConfig(temperature=1.0)
@@ -64,6 +68,64 @@ def test_a_greedy_horizontal_cascade_is_the_targets(demo_pair, demo_bigram):
   np.testing.assert_array_equal(out.tokens, alone.tokens)
   per_position = np.asarray(out.stats.accepted_per_position).sum(0)
   assert per_position[2] > 0  # the bigram's drafts past depth 2 were accepted
+
+
+def test_a_table_named_by_its_path_is_the_one_that_drafts(demo_pair, demo_bigram, tmp_path):
+  """'bigram:TABLE' drafts with TABLE, in a cascade as alone: the bundled table with each
+  row's preferences reversed (its least likely kept token drafted first) keeps the
+  target's greedy output and has fewer of the bigram's drafts accepted."""
+  target, tp, draft, dp = demo_pair
+  nxt, logp = read_table(drafts.DEFAULT_BIGRAMS['demo_target'])
+  path = str(tmp_path / 'reversed.npz')
+  save_table(path, {'next': nxt, 'logp': logp[:, ::-1]})
+  load = lambda name: (draft, dp)
+  spec = f'cascade:demo_draft:2,bigram:{path}'
+  cascade, params = drafts.resolve_draft(spec, target, 'demo_target', load)
+  alone = drafts.resolve_draft(f'bigram:{path}', target, 'demo_target', load)[1]
+  np.testing.assert_array_equal(params['rest']['logp'], alone['logp'])
+  assert cascade.rest == demo_bigram[0]  # the same proposer, another table
+  inputs = _demo_lines(16)
+  late = {}
+  for name, table in (('bundled', demo_bigram[1]), ('reversed', params['rest'])):
+    out = specjax.speculative_decode(target, tp, cascade, {'first': dp, 'rest': table},
+                                     inputs, gamma=4, max_decode_len=24, slots=8)
+    np.testing.assert_array_equal(
+        out.tokens, specjax.autoregressive_decode(target, tp, inputs, max_decode_len=24).tokens)
+    late[name] = int(np.asarray(out.stats.accepted_per_position).sum(0)[2:].sum())
+  assert late['reversed'] < late['bundled']
+
+
+def test_a_table_with_more_ids_than_the_targets_logits_is_refused(demo_pair, tmp_path):
+  target = demo_pair[0]
+  nxt, logp = read_table(drafts.DEFAULT_BIGRAMS['demo_target'])
+  rows = target.vocab_size + 1
+  path = str(tmp_path / 'wide.npz')
+  save_table(path, {'next': np.resize(nxt, (rows, nxt.shape[1])),
+                    'logp': np.resize(logp, (rows, nxt.shape[1]))})
+  with pytest.raises(ValueError, match=f'built with a vocabulary of {rows} ids, more than the '
+                     f"target's {target.vocab_size} logits"):
+    drafts.resolve_draft(f'bigram:{path}', target, 'demo_target', None)
+
+
+def test_gamma_auto_weighs_a_horizontal_cascades_gammas_above_k(tmp_path, capsys):
+  """`--gamma auto` with 'cascade:NAME:2,CHEAP' measures and predicts gammas 3..4 only (a
+  chain of 2 or fewer leaves CHEAP nothing), and keeps the target's greedy output."""
+  src = tmp_path / 'in.txt'
+  src.write_text('\n'.join(SENTENCES) + '\n')
+  code, stdout, stderr = _run_main(['--input', str(src), '--draft', 'cascade:demo_draft:2,bigram',
+                                    '--gamma', 'auto', '--json', '--batch-size', '3',
+                                    '--max-decode-len', '16', '--max-gamma', '4'], capsys)
+  assert code == 0, stderr
+  assert '--gamma auto: measuring gammas 3..4 on 3 inputs' in stderr
+  summary = json.loads(stdout.strip().splitlines()[-1])
+  assert summary['identical_to_target'] is True
+  from specjax.core import theory  # pylint: disable=import-outside-toplevel
+  cal = summary['gamma_calibration']
+  predicted = {g: theory.speedup(cal['alpha'], g, cal['c'], cal['v'][str(g + 1)])
+               for g in (3, 4)}
+  assert cal['predicted_best'] == max(predicted, key=predicted.get)
+  assert 'over 3..4,' in summary['gamma_reason']
+  assert summary['gamma'] == (cal['predicted_best'] if cal['measured_speedup'] >= 1 else 0)
 
 
 def _markov_cascade(k=2):
@@ -160,7 +222,16 @@ def test_a_capped_cascade_that_claims_its_whole_chain_is_rejected(monkeypatch, f
      'drafts chains'),
     (['--draft', 'cascade:demo_draft/rest:/nonexistent'], 'python -m specjax.datastore build'),
     (['--draft', 'cascade:demo_draft/bigram/3/0'], 'must be >= 1'),
-], ids=['cheap-model', 'no-cheap', 'gamma-below-k', 'tree', 'missing-datastore', 'no-calls'])
+    (['--draft', 'cascade:demo_draft:2,bigram', '--max-gamma', '2'],
+     '--gamma auto weighs gammas up to 2; pass --max-gamma above 2'),
+    (['--draft', 'cascade:demo_draft/bigram:/nonexistent.npz'],
+     'bigram table /nonexistent.npz does not exist; build one with scripts/build_bigram.py'),
+    (['--draft', f'bigram:{__file__}'], r'is not a bigram table (not an .npz archive)'),
+    (['--draft', 'bigram:'], 'pass bigram:TABLE.npz'),
+    (['--draft', 'bigram:/a.npz', '--draft-checkpoint', '/b.npz'],
+     'names its table, and --draft-checkpoint /b.npz another: pass one of them'),
+], ids=['cheap-model', 'no-cheap', 'gamma-below-k', 'tree', 'missing-datastore', 'no-calls',
+        'auto-gamma-below-k', 'missing-table', 'not-a-table', 'no-table', 'two-tables'])
 def test_cascade_flags_that_do_not_go_together_are_one_line_errors(capsys, args, named):
   assert decode.main(['--quiet'] + args) == 2
   err = capsys.readouterr().err.strip()

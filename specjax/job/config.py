@@ -20,6 +20,7 @@ from specjax.job.inputs import PAD_MODES
 from specjax.job.reader import INPUT_FORMATS
 from specjax.job.tree_checks import AUTO, TREE_TOP
 from specjax.proposers import draft_names
+from specjax.proposers.bigram import read_table
 
 SEEDS = 2 ** 32  # seeds in [0, SEEDS) give distinct PRNG keys
 
@@ -45,11 +46,13 @@ class DecodeConfig:
   draft: str = flag('demo_draft', 'draft registry name (demo_draft, t5_small, manlm_draft, '
                     '...) or checkpoint directory; copy: copy from the input; bigram: the '
                     'target\'s bigram table (bundled for the bundled targets, else '
-                    '--draft-checkpoint TABLE.npz); copy+NAME: copy where the output repeats '
-                    'the input, the model NAME elsewhere; layerskip:M: the target\'s own first '
-                    'M decoder layers (no draft model; layerskip:PATH: with the early exit '
-                    'train_draft --kind layerskip trained); medusa:PATH: Medusa heads trained '
-                    'by python -m specjax.train_draft (medusa: the ones bundled for '
+                    '--draft-checkpoint TABLE.npz); bigram:TABLE: the table '
+                    'scripts/build_bigram.py wrote to TABLE; copy+NAME: copy where the '
+                    'output repeats the input, the model NAME elsewhere; layerskip:M: the '
+                    'target\'s own first M decoder layers (no draft model; layerskip:PATH: '
+                    'with the early exit train_draft --kind layerskip trained); medusa:PATH: '
+                    'Medusa heads trained by python -m specjax.train_draft (medusa: the ones '
+                    'bundled for '
                     'demo_target, manpages_target and manlm_target); eagle:PATH: an EAGLE '
                     'head trained the same way, for T5 and decoder-only targets (eagle: the '
                     'bundled ones); rest:DIR: continuations retrieved from a datastore that '
@@ -351,6 +354,14 @@ class DecodeConfig:
         raise ValueError(f'--draft {self.draft} drafts its first {parsed.count} tokens with '
                          f'{parsed.model} and the rest with {parsed.cheap}: pass --gamma '
                          f'above {parsed.count}')
+      if not parsed.vertical and self.gamma == AUTO and self.auto_gammas <= parsed.count:
+        raise ValueError(f'--draft {self.draft} drafts its first {parsed.count} tokens with '
+                         f'{parsed.model} and the rest with {parsed.cheap}: --gamma auto '
+                         f'weighs gammas up to {self.auto_gammas}; pass --max-gamma above '
+                         f'{parsed.count}')
+    if drafts.is_bigram(cheap) and (cheap != drafts.BIGRAM or self.draft_checkpoint):
+      # a table named by its path reads, before any model loads
+      read_table(drafts.bigram_table(cheap, self.target, self.draft_checkpoint))
     if drafts.is_retrieval(cheap) and cheap != drafts.SUFFIX:
       drafts.check_datastore(cheap, self.target,
                              own_vocab=not (self.vocab or self.target_checkpoint))

@@ -2,8 +2,8 @@
 
 - a registry name or a checkpoint: the draft model;
 - `copy`: copy from the source (`specjax.proposers.copy`);
-- `bigram`: the target's bigram table (`--draft-checkpoint table.npz`, or the bundled one of
-  the demo pair);
+- `bigram`: the target's bigram table (`--draft-checkpoint table.npz`, or the one bundled
+  with each pair); `bigram:TABLE`: the table scripts/build_bigram.py wrote to TABLE;
 - `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere;
 - `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`);
   `layerskip:PATH`: the same with the early exit `python -m specjax.train_draft --kind
@@ -22,10 +22,10 @@
   guesses in N - 1 levels and G n-grams of N tokens from its pool, verified as one tree
   (`specjax.proposers.lookahead`);
 - `cascade:NAME/CHEAP` (or `cascade:NAME/CHEAP/K`, `cascade:NAME/CHEAP/K/C`): the draft
-  model NAME's chain, itself drafted K (default 3) tokens at a time by CHEAP (bigram, copy,
-  suffix, rest, rest:DIR) and verified by NAME, in at most C calls of NAME (default: until
-  the chain is whole; a row short of it then proposes what it holds) (a vertical cascade,
-  `specjax.proposers.cascade`);
+  model NAME's chain, itself drafted K (default 3) tokens at a time by CHEAP (bigram,
+  bigram:TABLE, copy, suffix, rest, rest:DIR) and verified by NAME, in at most C calls of
+  NAME (default: until the chain is whole; a row short of it then proposes what it holds)
+  (a vertical cascade, `specjax.proposers.cascade`);
   `cascade:NAME:K,CHEAP`: the first K drafts from NAME, the rest from CHEAP (horizontal).
 """
 from __future__ import annotations
@@ -39,8 +39,8 @@ from specjax.drafting import heads_io
 from specjax.proposers.bigram import load_table
 from specjax.proposers.draft_names import (  # pylint: disable=unused-import
     BIGRAM, CASCADE, CHEAP, COPY, LOOKAHEAD, LOOKAHEAD_BOUNDS, LOOKAHEAD_DEFAULT, PLUS_SUFFIX,
-    REST, SUFFIX, Cascade, copy_draft, is_lookahead, is_retrieval, lookahead, parse_cascade,
-    parse_lookahead, suffix_draft)
+    REST, SUFFIX, Cascade, copy_draft, is_bigram, is_lookahead, is_retrieval, lookahead,
+    parse_cascade, parse_lookahead, suffix_draft, table_path)
 from specjax.proposers.hybrid import HybridDraft
 from specjax.proposers.layer_skip import LayerSkip
 from specjax.proposers import rest as rest_lib
@@ -79,7 +79,7 @@ def trained_kind(spec: str) -> Optional[str]:
 def is_builtin(spec: str) -> bool:
   """Whether `spec` names a draft that is not a plain model (copy, bigram, copy+NAME,
   layerskip:M, medusa:PATH, eagle:PATH, rest[:DIR], suffix)."""
-  return (spec in (COPY, BIGRAM) or spec.startswith((HYBRID, LAYER_SKIP, CASCADE))
+  return (spec == COPY or is_bigram(spec) or spec.startswith((HYBRID, LAYER_SKIP, CASCADE))
           or trained_kind(spec) is not None or is_retrieval(spec) or is_lookahead(spec))
 
 
@@ -140,6 +140,24 @@ def retrieval(spec: str, target, target_name: str, vocab=None):
   return rest_lib.from_arrays(store.tokens, store.suffixes, store.max_query, target)
 
 
+def bigram_table(spec: str, target_name: str, table: Optional[str] = None) -> str:
+  """The table of 'bigram:TABLE' (TABLE), or of 'bigram': --draft-checkpoint (`table`), else
+  the one bundled with the target.
+
+  Raises:
+    ValueError: the table named twice, or none for a target that ships none (one line).
+  """
+  path = table_path(spec)
+  if path is not None and table is not None and table != path:
+    raise ValueError(f'--draft {spec} names its table, and --draft-checkpoint {table} '
+                     'another: pass one of them')
+  path = path or table or DEFAULT_BIGRAMS.get(target_name)
+  if path is None:
+    raise ValueError(f'no bigram table ships with {target_name}; build one with '
+                     'scripts/build_bigram.py and pass --draft bigram:TABLE.npz')
+  return path
+
+
 def model_name(spec: str) -> Optional[str]:
   """The draft model a spec loads (NAME of copy+NAME, spec itself for a model), or None."""
   if spec.startswith(HYBRID):
@@ -196,16 +214,17 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
   """(draft, params) for a --draft spec.
 
   Args:
-    spec: 'copy', 'bigram', 'copy+NAME', 'layerskip:M', 'layerskip:PATH', 'medusa[:PATH]',
+    spec: 'copy', 'bigram[:TABLE]', 'copy+NAME', 'layerskip:M', 'layerskip:PATH', 'medusa[:PATH]',
       'eagle[:PATH]', 'rest[:DIR]', 'suffix', or a model NAME.
     target: the loaded target (vocabulary size and special ids).
     target_name: its --target (which bundled bigram table is its own).
     load_model: NAME -> (model, params), the pair's loader.
-    table: --draft-checkpoint, for 'bigram'.
+    table: --draft-checkpoint, for 'bigram' (`bigram_table`).
     vocab: the job's vocabulary, which a datastore ('rest') must have been built with.
 
   Raises:
-    ValueError: 'bigram' without a table for this target (names --draft-checkpoint);
+    ValueError: 'bigram' without a table for this target (`bigram_table`), or a table
+      built with more ids than the target's logits;
       'layerskip:M' with M outside 1 .. L - 1; heads trained for another target.
     FileNotFoundError: 'medusa:PATH' or 'eagle:PATH' without trained heads at PATH.
   """
@@ -215,12 +234,9 @@ def resolve_draft(spec: str, target, target_name: str, load_model: Callable[[str
     return retrieval(spec, target, target_name, vocab)
   if is_lookahead(spec):
     return lookahead(spec, target), {}
-  if spec == BIGRAM:
-    path = table or DEFAULT_BIGRAMS.get(target_name)
-    if path is None:
-      raise ValueError(f'no bigram table ships with {target_name}; build one with '
-                       'scripts/build_bigram.py and pass --draft-checkpoint TABLE.npz')
-    return load_table(path, target.vocab_size, target.eos_id, target.pad_id)
+  if is_bigram(spec):
+    return load_table(bigram_table(spec, target_name, table), target.vocab_size,
+                      target.eos_id, target.pad_id)
   if spec.startswith(LAYER_SKIP):
     return layer_skip(spec, target)
   kind = trained_kind(spec)

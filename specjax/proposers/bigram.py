@@ -13,7 +13,9 @@ Shape letters: B rows, K tokens in this call, V vocab, k kept next tokens.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+import os
+import zipfile
+from typing import Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -98,28 +100,50 @@ def save_table(path: str, table: dict) -> None:
                       logp=np.asarray(table['logp'], np.float16))
 
 
-def load_table(path: str, vocab_size: Optional[int] = None, eos_id: int = 1, pad_id: int = 0):
-  """(BigramDraft, params) from a table `save_table` wrote.
-
-  Args:
-    path: the .npz file.
-    vocab_size: the target's V, when its logits outnumber the vocabulary's ids (T5 pads
-      them): the rows of the ids no text produces repeat the start token's row.
-    eos_id, pad_id: the target's.
+def read_table(path: str) -> Tuple[np.ndarray, np.ndarray]:
+  """The arrays of a table `save_table` wrote: next ids [V', k] int32 and their
+  log-probabilities [V', k] float32, V' the ids of the vocabulary it was built with.
 
   Raises:
     FileNotFoundError: no file at `path`.
-    ValueError: the file is not a bigram table.
+    ValueError: the file is not a bigram table (one line naming scripts/build_bigram.py).
   """
+  fix = 'build one with scripts/build_bigram.py'
+  if os.path.isfile(path) and not zipfile.is_zipfile(path):
+    raise ValueError(f'{path} is not a bigram table (not an .npz archive); {fix}')
   try:
     with np.load(path) as f:
       nxt, logp = f['next'].astype(np.int32), f['logp'].astype(np.float32)
   except FileNotFoundError:
-    raise FileNotFoundError(f'bigram table {path} does not exist; build one with '
-                            'scripts/build_bigram.py') from None
-  except (KeyError, ValueError, OSError) as e:
-    raise ValueError(f'{path} is not a bigram table ({e}); build one with '
-                     'scripts/build_bigram.py') from None
+    raise FileNotFoundError(f'bigram table {path} does not exist; {fix}') from None
+  except (KeyError, ValueError, OSError, TypeError) as e:
+    raise ValueError(f'{path} is not a bigram table ({" ".join(str(e).split())}); '
+                     f'{fix}') from None
+  if (nxt.ndim != 2 or nxt.shape != logp.shape or not nxt.size or nxt.min() < 0
+      or nxt.max() >= nxt.shape[0]):
+    raise ValueError(f'{path} is not a bigram table (next ids {nxt.shape}, log-probabilities '
+                     f'{logp.shape}: one row of ids below its rows per token); {fix}')
+  return nxt, logp
+
+
+def table_for(nxt: np.ndarray, logp: np.ndarray, vocab_size: Optional[int] = None,
+              eos_id: int = 1, pad_id: int = 0, path: str = 'the table'):
+  """(BigramDraft, params) of the arrays `read_table` returns, for a target.
+
+  Args:
+    nxt, logp: the table [V', k].
+    vocab_size: the target's V, when its logits outnumber the vocabulary's ids (T5 pads
+      them): the rows of the ids no text produces repeat the start token's row.
+    eos_id, pad_id: the target's.
+    path: where the table was read (for the error).
+
+  Raises:
+    ValueError: V' above V: the table was built with a larger vocabulary (one line).
+  """
+  if vocab_size is not None and nxt.shape[0] > vocab_size:
+    raise ValueError(f'bigram table {path} was built with a vocabulary of {nxt.shape[0]} '
+                     f'ids, more than the target\'s {vocab_size} logits; build it with the '
+                     'target\'s vocabulary (scripts/build_bigram.py --vocab)')
   if vocab_size is not None and vocab_size > nxt.shape[0]:
     extra = vocab_size - nxt.shape[0]
     nxt = np.concatenate([nxt, np.repeat(nxt[pad_id:pad_id + 1], extra, 0)])
@@ -127,3 +151,14 @@ def load_table(path: str, vocab_size: Optional[int] = None, eos_id: int = 1, pad
   draft = BigramDraft(vocab_size=nxt.shape[0], top_k=nxt.shape[1], eos_id=eos_id,
                       pad_id=pad_id)
   return draft, {'next': jnp.asarray(nxt), 'logp': jnp.asarray(logp)}
+
+
+def load_table(path: str, vocab_size: Optional[int] = None, eos_id: int = 1, pad_id: int = 0):
+  """(BigramDraft, params) from a table `save_table` wrote (`read_table`, `table_for`).
+
+  Raises:
+    FileNotFoundError: no file at `path`.
+    ValueError: the file is not a bigram table, or was built with more ids than
+      vocab_size.
+  """
+  return table_for(*read_table(path), vocab_size, eos_id, pad_id, path)

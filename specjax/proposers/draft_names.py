@@ -77,6 +77,25 @@ def lookahead_tree(spec: str):
   return LookaheadDraft(1, window, ngram, guesses).tree_spec()
 
 
+def is_bigram(spec: str) -> bool:
+  """Whether `spec` is 'bigram' or 'bigram:TABLE' (a table scripts/build_bigram.py wrote)."""
+  return spec == BIGRAM or spec.startswith(BIGRAM + ':')
+
+
+def table_path(spec: str) -> Optional[str]:
+  """TABLE of 'bigram:TABLE', None for 'bigram' (the table given apart, or bundled).
+
+  Raises:
+    ValueError: 'bigram:' with no path (one line).
+  """
+  if spec == BIGRAM:
+    return None
+  if not spec[len(BIGRAM) + 1:]:
+    raise ValueError(f'--draft {spec}: pass bigram:TABLE.npz, a table '
+                     'scripts/build_bigram.py wrote, or bigram')
+  return spec[len(BIGRAM) + 1:]
+
+
 def is_retrieval(spec: str) -> bool:
   """Whether `spec` names a retrieval draft (rest, rest:DIR, suffix): it proposes the
   trie of what it retrieved, as a chain or a dynamic tree."""
@@ -86,7 +105,7 @@ def is_retrieval(spec: str) -> bool:
 
 
 # The proposers a cascade's cheaper part may be: they read only the sequence.
-CHEAP = "bigram, copy, suffix, rest or rest:DIR"
+CHEAP = "bigram, bigram:TABLE, copy, suffix, rest or rest:DIR"
 
 
 class Cascade(NamedTuple):
@@ -134,7 +153,7 @@ def parse_cascade(spec: str) -> Cascade:
   if parsed.calls is not None and parsed.calls < 1:
     raise ValueError(f'--draft {spec}: C, the calls of {parsed.model} per chain at most, '
                      'must be >= 1')
-  if not (parsed.cheap in (BIGRAM, COPY) or is_retrieval(parsed.cheap)):
+  if not (parsed.cheap == COPY or is_bigram(parsed.cheap) or is_retrieval(parsed.cheap)):
     raise ValueError(f'--draft {spec}: the cheaper part {parsed.cheap!r} must read only the '
                      f'sequence: one of {CHEAP}')
   return parsed

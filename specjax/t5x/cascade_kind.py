@@ -15,7 +15,7 @@ FORMS = ("pass 'cascade:model/CHEAP' (the draft model's chain drafted by CHEAP, 
          "call of the draft model), 'cascade:model/CHEAP/K' (K per call), "
          "'cascade:model/CHEAP/K/C' (in at most C calls), or 'cascade:model:K,CHEAP' (the "
          "draft model's first K drafts, then CHEAP's), K and C >= 1, CHEAP one of copy, "
-         "suffix, rest:DIR or rest:DIR+suffix, 'model' the draft model of "
+         "suffix, bigram:TABLE, rest:DIR or rest:DIR+suffix, 'model' the draft model of "
          "DRAFT_CHECKPOINT_PATH or DRAFT_MODULE")
 
 
@@ -26,7 +26,7 @@ def parts(kind: str) -> Optional[drafts.Cascade]:
     parsed = drafts.parse_cascade(kind)
   except ValueError:
     return None
-  return None if parsed.model != MODEL or parsed.cheap == drafts.BIGRAM else parsed
+  return None if parsed.model != MODEL else parsed
 
 
 def spell(cascade: drafts.Cascade, cheap: str) -> str:

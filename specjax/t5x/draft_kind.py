@@ -17,29 +17,31 @@ DRAFT_KIND), as `--draft` names them on the command line:
 - 'lookahead' or 'lookahead:W,N,G': lookahead decoding, the target's own Jacobi window of
   W guesses in N - 1 levels and G n-grams of N tokens from its pool (`specjax.proposers.lookahead`;
   'lookahead' is 5,3,4), verified as one tree of its own shape;
+- 'bigram:TABLE': the bigram table scripts/build_bigram.py wrote to TABLE
+  (`specjax.proposers.bigram`), as `--draft bigram:TABLE`;
 - 'rest:DIR': continuations retrieved from the datastore that `python -m specjax.datastore
   build` wrote to DIR (`specjax.proposers.rest`); 'rest:DIR+suffix': one trie of both's
   continuations (`specjax.proposers.trie.Mixture`);
 - 'cascade:model/CHEAP[/K[/C]]' and 'cascade:model:K,CHEAP': cascades of the draft model
   of DRAFT_CHECKPOINT_PATH or DRAFT_MODULE (its params under `draft`, as for 'model') and
-  CHEAP (copy, suffix, rest:DIR or rest:DIR+suffix), as `--draft cascade:NAME/...`
-  (`specjax.t5x.cascade_kind`).
+  CHEAP (copy, suffix, bigram:TABLE, rest:DIR or rest:DIR+suffix), as `--draft
+  cascade:NAME/...` (`specjax.t5x.cascade_kind`).
 
-The kinds from 'copy' to 'rest' need no draft model and no checkpoint: nothing goes under
-`draft` in the params tree, and DRAFT_CHECKPOINT_PATH and DRAFT_MODULE stay unbound. A
-datastore's arrays (the corpus [L] and its suffix array [L'] and document starts [S],
-int32) do not go into the params tree either: they are constants of the decode, which
-`DraftKind.draft_params` hands it, replicated on every device of T5X's mesh as the command
-line's mesh replicates them (`RestDraft.param_axes` is all None). As params they would be
-cast by T5X's restore to `RestoreCheckpointConfig.dtype` (bfloat16 in T5X's infer.gin,
-which cannot hold ids above 256), handed to the optimizer by `t5x.train`, written into
-every checkpoint, and the restore hook `specjax.t5x.restore.fill_draft` would have to find
-them in a checkpoint that holds none. They are read and checked once, when gin builds the
-model.
+The kinds from 'copy' to 'rest' need no draft model and no checkpoint
+(`specjax.t5x.paramless_kind`): nothing goes under `draft` in the params tree, and
+DRAFT_CHECKPOINT_PATH and DRAFT_MODULE stay unbound. A bigram table's arrays and a
+datastore's (the corpus [L] and its suffix array [L'] and document starts [S], int32) do
+not go into the params tree either: they are constants of the decode, which
+`DraftKind.draft_params` hands it, replicated on every device of T5X's mesh (captured by
+the traced decode, not passed to it). As params they would be cast by T5X's restore to
+`RestoreCheckpointConfig.dtype` (bfloat16 in T5X's infer.gin, which cannot hold ids above
+256), handed to the optimizer by `t5x.train`, written into every checkpoint, and the
+restore hook `specjax.t5x.restore.fill_draft` would have to find them in a checkpoint that
+holds none. They are read and checked once, when gin builds the model.
 
-Trees follow the command line: 'copy' verifies a chain or a static tree, a cascade a
-chain; 'suffix' and 'rest' verify a chain of GAMMA drafts or the trie of what they
-retrieve as a dynamic tree (`speculative.from_model.tree` bound to a
+Trees follow the command line: 'copy' verifies a chain or a static tree, 'bigram' a chain
+or any tree, a cascade a chain; 'suffix' and 'rest' verify a chain of GAMMA drafts or the
+trie of what they retrieve as a dynamic tree (`speculative.from_model.tree` bound to a
 `specjax.core.tree.DynamicTree`, `--tree-nodes/--tree-depth`), never a static branching;
 'lookahead' verifies its own tree (`LookaheadDraft.tree_spec`; GAMMA is its depth), so
 `tree` stays unbound.
@@ -52,26 +54,19 @@ import dataclasses
 from typing import Any, Optional, Tuple
 
 from specjax.core.tree import DynamicTree
-from specjax.datastore import store as datastore
 from specjax.drafting import heads_io
 from specjax.proposers import draft_names as drafts
 from specjax.proposers import cascade as cascade_lib
-from specjax.proposers import rest as rest_lib
 from specjax.proposers.layer_skip import LayerSkip
 from specjax.proposers.lookahead import LookaheadDraft
-from specjax.proposers.trie import Mixture
-from specjax.t5x import cascade_kind, restore
+from specjax.t5x import cascade_kind, paramless_kind, restore
+from specjax.t5x.paramless_kind import COPY, LOOKAHEAD, REST, REST_SUFFIX, RETRIEVAL
 
 MODEL, LAYER_SKIP = 'model', 'layerskip'
-SUFFIX, LOOKAHEAD, REST, COPY = drafts.SUFFIX, drafts.LOOKAHEAD, drafts.REST, drafts.COPY
 CASCADE = drafts.CASCADE[:-1]  # 'cascade' of 'cascade:model/CHEAP...'
-REST_SUFFIX = REST + drafts.PLUS_SUFFIX  # 'rest+suffix': the name of 'rest:DIR+suffix'
-# The kinds that retrieve continuations and verify a chain or their trie (a dynamic tree).
-RETRIEVAL = (SUFFIX, REST, REST_SUFFIX)
-# The kinds with no draft model, no checkpoint and no params.
-PARAMLESS = RETRIEVAL + (COPY, LOOKAHEAD)
+PARAMLESS = paramless_kind.NAMES  # the kinds with no draft model, no checkpoint, no params
 KINDS = ("'model', 'eagle', 'medusa', 'layerskip:M', 'copy', 'suffix', 'lookahead[:W,N,G]', "
-         "'rest:DIR', 'rest:DIR+suffix' or 'cascade:model/CHEAP[/K[/C]]'")
+         "'bigram:TABLE', 'rest:DIR', 'rest:DIR+suffix' or 'cascade:model/CHEAP[/K[/C]]'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,15 +74,19 @@ class DraftKind:
   """A checked draft kind.
 
   Attributes:
-    name: 'model', 'eagle', 'medusa', 'layerskip', 'copy', 'suffix', 'lookahead', 'rest',
-      'rest+suffix' or 'cascade'.
+    name: 'model', 'eagle', 'medusa', 'layerskip', 'copy', 'suffix', 'lookahead',
+      'bigram', 'rest', 'rest+suffix' or 'cascade'.
     layers: M of 'layerskip:M' (0 for the others).
     path: DRAFT_CHECKPOINT_PATH (None for layer-skip without a trained exit, or a
-      model's or cascade's DRAFT_MODULE), or DIR of 'rest:DIR' and 'rest:DIR+suffix'.
+      model's or cascade's DRAFT_MODULE), TABLE of 'bigram:TABLE', or DIR of 'rest:DIR'
+      and 'rest:DIR+suffix'.
     heads: the draft.json of trained heads or of an early exit, else None.
     lookahead: (W, N, G) of 'lookahead[:W,N,G]', else ().
     datastore: the datastore of 'rest:DIR' (`specjax.datastore.Datastore`: tokens [L] and
       suffixes [L'] int32), read and checked when the kind was parsed, else None.
+    table: the table of 'bigram:TABLE' (next ids [V', k] int32, log-probabilities [V', k]
+      float32: `specjax.proposers.bigram.read_table`), read and checked when the kind was
+      parsed, else None.
     cascade: the parts of 'cascade:...' (`specjax.proposers.draft_names.Cascade`, its
       model 'model'), else None.
     inner: the DraftKind of a cascade's CHEAP, else None.
@@ -99,6 +98,7 @@ class DraftKind:
   heads: Optional[dict] = dataclasses.field(default=None, compare=False, hash=False)
   lookahead: Tuple[int, ...] = ()
   datastore: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+  table: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
   cascade: Optional[drafts.Cascade] = None
   inner: Optional['DraftKind'] = None
 
@@ -128,8 +128,8 @@ class DraftKind:
     """The proposer of a kind that drafts from `target` (not 'model' nor a cascade).
 
     Raises:
-      ValueError: M outside 1 .. L - 1, heads trained for another target, or a datastore
-        whose ids the target cannot emit (one line).
+      ValueError: M outside 1 .. L - 1, heads trained for another target, or a table or
+        datastore whose ids the target cannot emit (one line).
     """
     if self.name in PARAMLESS:
       return self._paramless(target)[0]
@@ -150,15 +150,16 @@ class DraftKind:
       stored: what the params tree holds under `draft` ({} where nothing).
 
     Returns:
-      `stored` for the kinds with params or none; for 'rest' the datastore's arrays
-      {'tokens' [L], 'suffixes' [L'], 'starts' [S]} (int32, constants of the decode: module
-      doc), for 'rest+suffix' {'0': those, '1': {}}; for a cascade {'draft': stored,
+      `stored` for the kinds with params or none; for 'bigram' the table's arrays
+      {'next', 'logp'} [V, k], for 'rest' the datastore's {'tokens' [L], 'suffixes' [L'],
+      'starts' [S]} (int32) (constants of the decode: module doc), for 'rest+suffix'
+      {'0': those, '1': {}}; for a cascade {'draft': stored,
       'inner': CHEAP's} (vertical) or {'first': stored, 'rest': CHEAP's} (horizontal).
     """
     if self.name == CASCADE:
       return cascade_lib.params_of(self.cascade.vertical, stored,
                                    self.inner.draft_params(target, {}))
-    if self.name in (REST, REST_SUFFIX):
+    if self.name in PARAMLESS:
       return self._paramless(target)[1]
     return stored
 
@@ -201,38 +202,13 @@ class DraftKind:
     """The DRAFT_KIND this kind was parsed from."""
     if self.name == CASCADE:
       return cascade_kind.spell(self.cascade, self.inner._spec())
-    if self.name == LOOKAHEAD:
-      return f'{LOOKAHEAD}:{",".join(map(str, self.lookahead))}'
-    if self.name == REST:
-      return f'{REST}:{self.path}'
-    if self.name == REST_SUFFIX:
-      return f'{REST}:{self.path}{drafts.PLUS_SUFFIX}'
+    if self.name in PARAMLESS:
+      return paramless_kind.spell(self.name, self.path, self.lookahead)
     return self.name
 
   def _paramless(self, target) -> Tuple[Any, Any]:
-    """(proposer, params) of 'suffix', 'lookahead', 'rest' or 'rest+suffix' for `target`.
-
-    Raises:
-      ValueError: the datastore holds ids the target cannot emit (one line).
-    """
-    if self.name == SUFFIX:
-      return drafts.suffix_draft(target), {}
-    if self.name == COPY:
-      return drafts.copy_draft(target), {}
-    if self.name == LOOKAHEAD:
-      return drafts.lookahead(self._spec(), target), {}
-    store = self.datastore
-    if store.vocab_size > target.vocab_size:
-      raise ValueError(f'DRAFT_KIND {self._spec()!r}: {_too_wide(store, target.vocab_size)}')
-    rest, params = rest_lib.from_arrays(store.tokens, store.suffixes, store.max_query, target)
-    if self.name == REST:
-      return rest, params
-    return Mixture((rest, drafts.suffix_draft(target))), {'0': params, '1': {}}
-
-
-def _too_wide(store, logits: int) -> str:
-  return (f'datastore {store.path} was built with a vocabulary of {store.vocab_size} ids, '
-          f'more than the target\'s {logits} logits; build it with the target\'s vocabulary')
+    """(proposer, constants) of a kind with no params for `target` (`paramless_kind.build`)."""
+    return paramless_kind.build(self.name, self._spec(), self.datastore, self.table, target)
 
 
 def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
@@ -246,16 +222,16 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
     target_layers: L, the target module's decoder layers where its config says (M of
       'layerskip:M' must be below it), else None (checked when the decode is built).
     vocabulary: the model's output vocabulary, which a datastore ('rest:DIR') must have
-      been built with (`comparable_vocabulary`); None: not compared.
-    vocab_size: V, the target module's logits where its config says (a datastore's ids
-      must be below it), else None (checked when the decode is built).
+      been built with (`paramless_kind.comparable_vocabulary`); None: not compared.
+    vocab_size: V, the target module's logits where its config says (a table's or
+      datastore's ids must be below it), else None (checked when the decode is built).
 
   Raises:
     ValueError: an unknown kind, a kind without what it reads (a checkpoint, trained
-      heads of that kind, a datastore), with what it does not (a module or checkpoint for
-      a layer-skip, suffix, lookahead or rest draft), bad W,N,G of 'lookahead:W,N,G', or a
-      datastore that is missing, empty, damaged or built with another vocabulary: one line
-      naming the gin binding.
+      heads of that kind, a table, a datastore), with what it does not (a module or
+      checkpoint for a layer-skip, copy, suffix, lookahead, bigram or rest draft), bad
+      W,N,G of 'lookahead:W,N,G', or a table or datastore that is missing, empty, damaged
+      or built with another vocabulary: one line naming the gin binding.
   """
   path = draft_checkpoint_path
   if not isinstance(kind, str):
@@ -306,42 +282,12 @@ def parse(kind: str, draft_module, draft_checkpoint_path: Optional[str],
       raise ValueError(f'DRAFT_CHECKPOINT_PATH {path!r} holds a {meta.get("kind")} draft, '
                        f'not {kind} heads: set DRAFT_KIND = \'{meta.get("kind")}\'')
     return DraftKind(kind, path=path, heads=meta)
-  name = paramless_name(kind)
+  name = paramless_kind.name_of(kind)
   if name is None:
     raise ValueError(f'speculative.from_model.draft_kind (DRAFT_KIND) takes {KINDS}, got '
                      f'{kind!r}')
-  values, store = (), None
-  if name == LOOKAHEAD:
-    try:
-      values = drafts.parse_lookahead(kind)
-    except ValueError:
-      ranges = ', '.join(f'{k} in {a}..{b}' for k, (a, b) in drafts.LOOKAHEAD_BOUNDS.items())
-      raise ValueError(f'DRAFT_KIND {kind!r}: pass \'lookahead\' or \'lookahead:W,N,G\' '
-                       f'(window, n-gram size, guesses), e.g. \'lookahead:5,3,4\', with '
-                       f'{ranges}') from None
-  if name in (REST, REST_SUFFIX):
-    path = kind[len(REST) + 1:] if kind.startswith(REST + ':') else ''
-    path = path[:-len(drafts.PLUS_SUFFIX)] if name == REST_SUFFIX else path
-    if not path:
-      raise ValueError(f'DRAFT_KIND {kind!r} needs its datastore: pass \'rest:DIR\' (or '
-                       f'\'rest:DIR+suffix\'), DIR what {datastore.BUILD_COMMAND} --output '
-                       'DIR wrote')
-  what = {SUFFIX: 'the row\'s own text', COPY: 'the row\'s input',
-          LOOKAHEAD: 'the target\'s own guesses',
-          REST: 'its datastore', REST_SUFFIX: 'its datastore and the row\'s own text'}[name]
-  for binding, value in (('DRAFT_MODULE', draft_module),
-                         ('DRAFT_CHECKPOINT_PATH', draft_checkpoint_path)):
-    if value is not None:
-      raise ValueError(f'DRAFT_KIND {kind!r} drafts from {what}, with no draft model or '
-                       f'checkpoint: leave {binding} unbound (None)')
-  if name in (REST, REST_SUFFIX):
-    try:
-      store = datastore.load(path, comparable_vocabulary(vocabulary))
-    except (FileNotFoundError, OSError, ValueError) as e:
-      raise ValueError(f'DRAFT_KIND {kind!r}: {" ".join(str(e).split())}') from None
-    if vocab_size is not None and store.vocab_size > vocab_size:
-      raise ValueError(f'DRAFT_KIND {kind!r}: {_too_wide(store, vocab_size)}')
-  return DraftKind(name, path=path or None, lookahead=values, datastore=store)
+  return DraftKind(name, **paramless_kind.read(kind, name, draft_module, draft_checkpoint_path,
+                                               vocabulary, vocab_size))
 
 
 def _cascade(kind: str, target_layers, vocabulary, vocab_size) -> Tuple[Any, DraftKind]:
@@ -352,39 +298,7 @@ def _cascade(kind: str, target_layers, vocabulary, vocab_size) -> Tuple[Any, Dra
       (one line).
   """
   parsed = cascade_kind.parts(kind)
-  if parsed is None or paramless_name(parsed.cheap) in (None, LOOKAHEAD):
+  if parsed is None or paramless_kind.name_of(parsed.cheap) in (None, LOOKAHEAD):
     raise ValueError(f'DRAFT_KIND {kind!r}: {cascade_kind.FORMS}')
   return parsed, parse(parsed.cheap, None, None, target_layers, vocabulary=vocabulary,
                        vocab_size=vocab_size)
-
-
-def paramless_name(kind: str) -> Optional[str]:
-  """'copy', 'suffix', 'lookahead', 'rest' or 'rest+suffix' for a DRAFT_KIND of those (with
-  or without its settings: 'lookahead:W,N,G', 'rest:DIR', 'rest:DIR+suffix'), else None."""
-  if kind in (COPY, SUFFIX):
-    return kind
-  if drafts.is_lookahead(kind):
-    return LOOKAHEAD
-  if kind in (REST, REST_SUFFIX) or kind.startswith(REST + ':'):
-    return REST_SUFFIX if kind.endswith(drafts.PLUS_SUFFIX) else REST
-  return None
-
-
-def comparable_vocabulary(vocabulary) -> Any:
-  """What a datastore's vocabulary fingerprint is compared with (`specjax.datastore.load`):
-  `vocabulary` itself where it has `serialized()` (specjax's), the SentencePiece model
-  file of a seqio `SentencePieceVocabulary` read as `python -m specjax.datastore build
-  --vocab FILE` reads it (its extra ids are not in the file), else None: a vocabulary
-  without a model file (seqio's PassThroughVocabulary) is not compared, and only its
-  size is checked.
-
-  Raises:
-    FileNotFoundError, ValueError: the model file does not read (one line).
-  """
-  if vocabulary is None or hasattr(vocabulary, 'serialized'):
-    return vocabulary
-  path = getattr(vocabulary, 'sentencepiece_model_file', None)
-  if not path:
-    return None
-  from specjax import checkpoints  # pylint: disable=import-outside-toplevel
-  return checkpoints.load_vocab(path)

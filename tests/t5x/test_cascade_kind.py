@@ -1,10 +1,11 @@
 """Cascades on the T5X route (DRAFT_KIND 'cascade:model/CHEAP[/K[/C]]' and
 'cascade:model:K,CHEAP'): the draft model of DRAFT_CHECKPOINT_PATH or DRAFT_MODULE, sped up
-by copy, suffix or a REST datastore, predicts T5X's own greedy decode token for token;
-sampled, it decodes what `python -m specjax.decode --draft cascade:NAME/...` decodes with
-the same draft model; its params are the draft model's, under `draft`, filled by T5X's own
-restore; the cheap part and the draft's params both reach the decode; bad settings are
-one-line errors naming the binding. 'copy', the cheap part alone, is a draft kind too."""
+by copy, suffix, a bigram table or a REST datastore, predicts T5X's own greedy decode token
+for token; sampled, it decodes what `python -m specjax.decode --draft cascade:NAME/...`
+decodes with the same draft model; its params are the draft model's, under `draft`, filled
+by T5X's own restore; the cheap part and the draft's params both reach the decode; bad
+settings are one-line errors naming the binding. 'copy', the cheap part alone, is a draft
+kind too."""
 import jax
 import numpy as np
 import pytest
@@ -19,6 +20,8 @@ from t5x import models  # pylint: disable=wrong-import-position
 from specjax import datastore  # pylint: disable=wrong-import-position
 from specjax.core.tree import DynamicTree  # pylint: disable=wrong-import-position
 from specjax.job import drafts  # pylint: disable=wrong-import-position
+from specjax.proposers.bigram import (  # pylint: disable=wrong-import-position
+    save_table, table_from_counts)
 from specjax.proposers.cascade import HorizontalCascade  # pylint: disable=wrong-import-position
 from specjax.proposers.cascade import VerticalCascade  # pylint: disable=wrong-import-position
 from specjax.t5x import model as speculative  # pylint: disable=wrong-import-position
@@ -27,9 +30,11 @@ import tiny_t5x  # pylint: disable=wrong-import-position
 B, S, L = 8, 8, 12
 RNG = jax.random.PRNGKey(5)
 NOISE = 0.2  # the draft: the target's params plus noise of NOISE times each array's spread
-# DRAFT_KIND of each cascade the tests run ('STORE': the datastore of the target's decodes).
+# DRAFT_KIND of each cascade the tests run ('STORE': the datastore of the target's decodes,
+# 'TABLE': their bigram table).
 CASCADES = ('cascade:model/suffix/2/2', 'cascade:model/copy', 'cascade:model/rest:STORE/2',
-            'cascade:model:1,rest:STORE+suffix')
+            'cascade:model:1,rest:STORE+suffix', 'cascade:model/bigram:TABLE/2/2',
+            'cascade:model:1,bigram:TABLE')
 
 
 def _plain():
@@ -44,7 +49,8 @@ def setup(tmp_path_factory):
 
   The draft is the target with noise added to its params: it agrees with the target on
   some tokens, not all. The datastores: 'own', the target's greedy decodes of four batches
-  (the tests' included); 'other', as many random documents."""
+  (the tests' included); 'other', as many random documents; 'table', the bigram table of
+  'own' (top 4 next tokens per token, as scripts/build_bigram.py counts them)."""
   params = tiny_t5x.params(_plain(), eos_bias=0.5)
   target_params = {k: v for k, v in params.items() if k != 'draft'}
   leaves, tree = jax.tree.flatten(target_params)
@@ -64,11 +70,16 @@ def setup(tmp_path_factory):
     datastore.write(datastore.build(documents, tiny_t5x.VOCAB_SIZE, '0' * 64),
                     str(root / name))
     stores[name] = str(root / name)
+  counts = np.zeros((tiny_t5x.VOCAB_SIZE,) * 2, np.int64)
+  for d in own:
+    np.add.at(counts, ([0] + d[:-1], d), 1)
+  stores['table'] = str(root / 'table.npz')
+  save_table(stores['table'], table_from_counts(counts, 4))
   return params, target_params, stores
 
 
 def _kind(kind, stores, store='own'):
-  return kind.replace('STORE', stores.get(store, store))
+  return kind.replace('STORE', stores.get(store, store)).replace('TABLE', stores['table'])
 
 
 def _model(kind, stores, store='own', **kw):
@@ -111,7 +122,8 @@ def test_the_cheap_part_reaches_the_decode(setup):
   assert calls['own'] < calls['other']
 
 
-@pytest.mark.parametrize('kind', ['cascade:model/suffix/2/2', 'cascade:model:1,rest:STORE'])
+@pytest.mark.parametrize('kind', ['cascade:model/suffix/2/2', 'cascade:model:1,rest:STORE',
+                                  'cascade:model/bigram:TABLE/2'])
 def test_sampled_cascades_are_specjax_decodes(setup, kind):
   """At T=1 the decodes and counts are those of specjax's decode with the proposer and
   params `--draft cascade:NAME/...` resolves to, NAME the same draft model; zeroed draft
@@ -180,14 +192,18 @@ def test_t5x_restore_fills_the_cascades_draft_model(trained, tmp_path):
 
 
 FORMS = (r"pass 'cascade:model/CHEAP' \(the draft model's chain drafted by CHEAP, 3 tokens "
-         r"per call of the draft model\), .*CHEAP one of copy, suffix, rest:DIR or "
-         r"rest:DIR\+suffix, 'model' the draft model of DRAFT_CHECKPOINT_PATH or DRAFT_MODULE")
+         r"per call of the draft model\), .*CHEAP one of copy, suffix, bigram:TABLE, rest:DIR "
+         r"or rest:DIR\+suffix, 'model' the draft model of DRAFT_CHECKPOINT_PATH or "
+         r"DRAFT_MODULE")
 
 
 @pytest.mark.parametrize('kwargs, match', [
     (dict(draft_kind='cascade:model'), "DRAFT_KIND 'cascade:model': " + FORMS),
     (dict(draft_kind='cascade:demo_draft/suffix'), FORMS),
-    (dict(draft_kind='cascade:model/bigram'), FORMS),
+    (dict(draft_kind='cascade:model/bigram'), "DRAFT_KIND 'bigram' needs its table: pass "
+     "'bigram:TABLE'"),
+    (dict(draft_kind='cascade:model/bigram:nowhere.npz/2'),
+     "DRAFT_KIND 'bigram:nowhere.npz': bigram table nowhere.npz does not exist"),
     (dict(draft_kind='cascade:model/lookahead'), FORMS),
     (dict(draft_kind='cascade:model/eagle'), FORMS),
     (dict(draft_kind='cascade:model/suffix/0'), FORMS),

@@ -1,11 +1,12 @@
 """The draft kinds of the T5X route (speculative.from_model.draft_kind, gin's DRAFT_KIND):
 trained EAGLE and Medusa heads, layer-skip and the drafts with no draft model (copy, suffix,
-lookahead, a REST datastore) predict T5X's own greedy decode token for token, chains and
-trees; sampled, they decode what specjax's decode does with the same proposer (`--draft
-eagle:PATH`'s, `--draft rest:DIR`'s, ...); the heads' params sit under the model's params
-tree with their logical axes and T5X's own restore fills them from the heads' directory;
-a layer-skip draft and the drafts with no model add no params (a datastore's arrays are
-constants of the decode); bad settings are one-line errors naming the binding."""
+lookahead, a bigram table, a REST datastore) predict T5X's own greedy decode token for
+token, chains and trees; sampled, they decode what specjax's decode does with the same
+proposer (`--draft eagle:PATH`'s, `--draft rest:DIR`'s, ...); the heads' params sit under
+the model's params tree with their logical axes and T5X's own restore fills them from the
+heads' directory; a layer-skip draft and the drafts with no model add no params (a table's
+and a datastore's arrays are constants of the decode); bad settings are one-line errors
+naming the binding."""
 import functools
 
 from flax import traverse_util
@@ -25,6 +26,8 @@ from specjax import datastore  # pylint: disable=wrong-import-position
 from specjax.core.tree import DynamicTree  # pylint: disable=wrong-import-position
 from specjax.drafting import heads_io  # pylint: disable=wrong-import-position
 from specjax.job import drafts  # pylint: disable=wrong-import-position
+from specjax.proposers.bigram import (  # pylint: disable=wrong-import-position
+    save_table, table_from_counts)
 from specjax.proposers.eagle import EagleHead  # pylint: disable=wrong-import-position
 from specjax.proposers.layer_skip import exit_params  # pylint: disable=wrong-import-position
 from specjax.proposers.medusa import MedusaHeads  # pylint: disable=wrong-import-position
@@ -231,14 +234,25 @@ def test_heads_for_another_target_are_refused_in_one_line(setup, tmp_path):
 
 # ------------------------------------------------------------- drafts with no draft model
 
-# The kinds with no draft model ('rest' and 'rest+suffix': 'rest:DIR', 'rest:DIR+suffix').
-NO_MODEL = ('copy', 'suffix', 'lookahead', 'lookahead:2,2,2', 'rest', 'rest+suffix')
+# The kinds with no draft model ('bigram': 'bigram:TABLE'; 'rest' and 'rest+suffix':
+# 'rest:DIR', 'rest:DIR+suffix').
+NO_MODEL = ('copy', 'suffix', 'lookahead', 'lookahead:2,2,2', 'bigram', 'rest', 'rest+suffix')
 
 
 def _documents(rows):
   """Each row of decodes [R, L] up to its EOS, EOS included."""
   return [row[:row.index(tiny_t5x.EOS) + 1] if tiny_t5x.EOS in row else row
           for row in np.asarray(rows).tolist()]
+
+
+def _write_table(path, documents, vocab_size=tiny_t5x.VOCAB_SIZE):
+  """A bigram table of `documents` (each framed as the decoder sees it: the start token
+  first) written to `path`, as scripts/build_bigram.py writes one (top 4 per token)."""
+  counts = np.zeros((vocab_size, vocab_size), np.int64)
+  for d in documents:
+    np.add.at(counts, ([0] + d[:-1], d), 1)
+  save_table(str(path), table_from_counts(counts, 4))
+  return str(path)
 
 
 def _write_store(path, documents, vocab_size=tiny_t5x.VOCAB_SIZE, sha='0' * 64):
@@ -252,7 +266,9 @@ def _write_store(path, documents, vocab_size=tiny_t5x.VOCAB_SIZE, sha='0' * 64):
 def stores(setup, tmp_path_factory):
   """{name: datastore directory}: 'own', the target's greedy decodes of four batches (the
   tests' included); 'other', as many random documents; 'wide', built for 64 ids; 'empty'
-  (0 tokens); 'not_a_store', a directory without datastore.json."""
+  (0 tokens); 'not_a_store', a directory without datastore.json. And {'bigram:' + name:
+  table file} of bigram tables: 'own', 'other' and 'wide' of the same documents, and
+  'not_a_table', a text file."""
   root = tmp_path_factory.mktemp('datastores')
   predict = jax.jit(tiny_t5x.greedy_model().predict_batch)
   own = sum((_documents(predict(setup[1], tiny_t5x.batch(B, S, L, seed=s)))
@@ -264,13 +280,21 @@ def stores(setup, tmp_path_factory):
                               tiny_t5x.VOCAB_SIZE, '0' * 64, {})
   datastore.write(empty, str(root / 'empty'))
   (root / 'not_a_store').mkdir()
+  (root / 'not_a_table.npz').write_text('not a table\n')
   return {'own': _write_store(root / 'own', own), 'other': _write_store(root / 'other', other),
           'wide': _write_store(root / 'wide', own, vocab_size=64),
-          'empty': str(root / 'empty'), 'not_a_store': str(root / 'not_a_store')}
+          'empty': str(root / 'empty'), 'not_a_store': str(root / 'not_a_store'),
+          'bigram:own': _write_table(root / 'own.npz', own),
+          'bigram:other': _write_table(root / 'other.npz', other),
+          'bigram:wide': _write_table(root / 'wide.npz', own, vocab_size=64),
+          'bigram:not_a_table': str(root / 'not_a_table.npz')}
 
 
 def _spec(kind, stores, store='own'):
-  """DRAFT_KIND (and `--draft`) of a kind of NO_MODEL, 'rest' on the datastore `store`."""
+  """DRAFT_KIND (and `--draft`) of a kind of NO_MODEL, 'rest' on the datastore `store`,
+  'bigram' on its table."""
+  if kind == 'bigram':
+    return f'bigram:{stores["bigram:" + store]}'
   if kind.startswith('rest'):
     return f'rest:{stores.get(store, store)}' + kind[len('rest'):]
   return kind
@@ -283,11 +307,13 @@ def _no_model(kind, stores, store='own', **kw):
 
 
 @pytest.mark.parametrize('kind, tree', [(k, None) for k in NO_MODEL] + [
-    (k, DynamicTree(4, 3, 2)) for k in ('suffix', 'rest', 'rest+suffix')] + [('copy', '2,2,1')])
+    (k, DynamicTree(4, 3, 2)) for k in ('suffix', 'bigram', 'rest', 'rest+suffix')] + [
+        (k, '2,2,1') for k in ('copy', 'bigram')])
 def test_drafts_with_no_model_predict_t5x_greedy(setup, stores, kind, tree):
-  """Chains of GAMMA, dynamic trees of the retrieved tries, copy's static tree, lookahead's
-  own tree: T5X's own greedy decode token for token, and some calls keep more than one
-  token (the drafts reach the decode)."""
+  """Chains of GAMMA, dynamic trees of the retrieved tries and of the bigram's top tokens,
+  copy's and the bigram's static trees, lookahead's own tree: T5X's own greedy decode
+  token for token, and some calls keep more than one token (the drafts reach the
+  decode)."""
   model = _no_model(kind, stores, tree=tree)
   batch = tiny_t5x.batch(B, S, L)
   got, aux = jax.jit(model.predict_batch_with_aux)(setup[1], batch)
@@ -298,22 +324,24 @@ def test_drafts_with_no_model_predict_t5x_greedy(setup, stores, kind, tree):
   assert np.max(np.asarray(aux['tokens_per_call'])) > 1.0
 
 
-def test_the_datastore_reaches_the_decode(setup, stores):
-  """A datastore of the target's own decodes saves target calls that one of random text
-  does not (same decodes): its arrays, held by the model and not by the params tree, feed
-  the draft."""
+@pytest.mark.parametrize('kind', ['rest', 'bigram'])
+def test_the_datastore_reaches_the_decode(setup, stores, kind):
+  """A datastore (a bigram table) of the target's own decodes saves target calls that one
+  of random text does not (same decodes): its arrays, held by the model and not by the
+  params tree, feed the draft."""
   batch = tiny_t5x.batch(B, S, L)
   calls, decodes = {}, {}
   for store in ('own', 'other'):
-    model = _no_model('rest', stores, store)
-    assert model.draft_kind.datastore.path == stores[store]
+    model = _no_model(kind, stores, store)
+    assert model.draft_kind.path == stores[store if kind == 'rest' else f'bigram:{store}']
     got, aux = jax.jit(model.predict_batch_with_aux)(setup[1], batch)
     decodes[store], calls[store] = np.asarray(got), int(np.sum(aux['target_calls']))
   np.testing.assert_array_equal(decodes['own'], decodes['other'])
   assert calls['own'] < calls['other']
 
 
-@pytest.mark.parametrize('kind', ['copy', 'suffix', 'lookahead:2,2,2', 'rest', 'rest+suffix'])
+@pytest.mark.parametrize('kind', ['copy', 'suffix', 'lookahead:2,2,2', 'bigram', 'rest',
+                                  'rest+suffix'])
 def test_sampled_drafts_with_no_model_are_specjax_decodes(setup, stores, kind):
   """At T=1 the model's decodes and counts are those of specjax's decode with the proposer
   and params `--draft KIND` resolves to (lookahead: its own tree)."""
@@ -369,7 +397,18 @@ LOOKAHEAD_FORM = (r"pass 'lookahead' or 'lookahead:W,N,G' \(window, n-gram size,
     (dict(draft_kind='rest:wide'),
      r"built with a vocabulary of 64 ids, more than the target's 32 logits"),
     (dict(draft_kind='restful'), r"draft_kind \(DRAFT_KIND\) takes .*'lookahead\[:W,N,G\]', "
-     r"'rest:DIR', 'rest:DIR\+suffix' or 'cascade:model/CHEAP\[/K\[/C\]\]', got 'restful'"),
+     r"'bigram:TABLE', 'rest:DIR', 'rest:DIR\+suffix' or 'cascade:model/CHEAP\[/K\[/C\]\]', "
+     r"got 'restful'"),
+    (dict(draft_kind='bigram'), r"DRAFT_KIND 'bigram' needs its table: pass 'bigram:TABLE', "
+     r'TABLE the .npz file scripts/build_bigram.py wrote'),
+    (dict(draft_kind='bigram:own', draft_checkpoint_path='eagle'),
+     'drafts from its bigram table, with no draft model or checkpoint: leave '
+     'DRAFT_CHECKPOINT_PATH unbound'),
+    (dict(draft_kind='bigram:nowhere.npz'), "DRAFT_KIND 'bigram:nowhere.npz': bigram table "
+     'nowhere.npz does not exist; build one with scripts/build_bigram.py'),
+    (dict(draft_kind='bigram:not_a_table'), r'is not a bigram table \(not an .npz archive\)'),
+    (dict(draft_kind='bigram:wide'),
+     r"built with a vocabulary of 64 ids, more than the target's 32 logits"),
     (dict(draft_kind='suffix', tree='2,2,1'),
      r"speculative.from_model.tree: DRAFT_KIND 'suffix' proposes the trie of what it "
      r'retrieves, not a fixed branching: bind a dynamic tree'),
@@ -384,6 +423,8 @@ LOOKAHEAD_FORM = (r"pass 'lookahead' or 'lookahead:W,N,G' \(window, n-gram size,
 ])
 def test_bad_drafts_with_no_model_are_one_line_errors(setup, stores, kwargs, match):
   kind = kwargs['draft_kind']
+  if kind.startswith('bigram:'):
+    kwargs['draft_kind'] = 'bigram:' + stores.get(kind, kind[len('bigram:'):])
   if kind.startswith('rest:'):
     name, plus, _ = kind[len('rest:'):].partition('+')
     kwargs['draft_kind'] = f'rest:{stores.get(name, name)}' + (plus and '+suffix')

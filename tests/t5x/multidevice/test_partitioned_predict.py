@@ -1,7 +1,7 @@
-"""predict_batch_with_aux under T5X's own partitioner on 8 simulated CPU devices: the params,
-the draft's included, are sharded by T5X's rules (a datastore's arrays, constants of the
-decode, replicated), and the decodes and scores equal the unsharded ones. Its own pytest
-process (the device count is fixed when jax starts)."""
+"""predict_batch_with_aux under T5X's own partitioner on 8 simulated CPU devices: the
+params, the draft's included, are sharded by T5X's rules (a bigram table's and a datastore's
+arrays, constants of the decode, replicated), and the decodes and scores equal the unsharded
+ones. Its own pytest process (the device count is fixed when jax starts)."""
 import functools
 import os
 
@@ -149,23 +149,31 @@ def test_partitioned_heads_equal_unsharded(heads_setup, setup, kind, sharded, se
 
 
 @pytest.mark.parametrize('setting', list(SETTINGS))
-@pytest.mark.parametrize('kind', ['rest+suffix', 'lookahead:2,2,2'])
+@pytest.mark.parametrize('kind', ['rest+suffix', 'lookahead:2,2,2', 'bigram'])
 def test_partitioned_drafts_with_no_model_equal_unsharded(setup, tmp_path, kind, setting):
-  """The drafts with no draft model (DRAFT_KIND 'rest:DIR+suffix', 'lookahead:W,N,G') under
-  T5X's partitioner: nothing is added to the params tree, the datastore's arrays reach
-  the partitioned decode as replicated constants, lookahead's per-row state is split with
-  the rows, and the decodes equal the unsharded ones."""
+  """The drafts with no draft model (DRAFT_KIND 'rest:DIR+suffix', 'lookahead:W,N,G',
+  'bigram:TABLE') under T5X's partitioner: nothing is added to the params tree, the
+  datastore's and the table's arrays reach the partitioned decode as replicated constants,
+  lookahead's per-row state is split with the rows, and the decodes equal the unsharded
+  ones."""
   from specjax import datastore  # pylint: disable=import-outside-toplevel
   from specjax.t5x import model as speculative  # pylint: disable=import-outside-toplevel
   _, params, batch = setup
   target_params = flax.core.freeze({k: v for k, v in flax.core.unfreeze(params).items()
                                     if k != 'draft'})
+  rng = np.random.default_rng(8)
+  documents = [rng.choice([11, 19, 23, 31], 12).tolist() + [tiny_t5x.EOS] for _ in range(64)]
   if kind.startswith('rest'):
-    rng = np.random.default_rng(8)
-    documents = [rng.choice([11, 19, 23, 31], 12).tolist() + [tiny_t5x.EOS] for _ in range(64)]
     datastore.write(datastore.build(documents, tiny_t5x.VOCAB_SIZE, '0' * 64),
                     str(tmp_path / 'store'))
     kind = f'rest:{tmp_path / "store"}+suffix'
+  if kind == 'bigram':
+    from specjax.proposers import bigram  # pylint: disable=import-outside-toplevel
+    counts = np.zeros((tiny_t5x.VOCAB_SIZE,) * 2, np.int64)
+    for d in documents:
+      np.add.at(counts, ([0] + d[:-1], d), 1)
+    bigram.save_table(str(tmp_path / 'table.npz'), bigram.table_from_counts(counts, 4))
+    kind = f'bigram:{tmp_path / "table.npz"}'
   model = speculative.SpeculativeEncoderDecoderModel(
       tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_kind=kind, gamma=2)
   ref_decodes, ref_aux = jax.device_get(jax.jit(_predict(model, setting))(target_params,
