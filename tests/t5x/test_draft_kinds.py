@@ -139,13 +139,14 @@ def test_initial_variables_hold_the_heads_with_their_axes(setup):
 
 
 @pytest.mark.parametrize('kind', ['eagle', 'layerskip:1', 'layerskip:1+exit', 'suffix',
-                                  'lookahead:2,2,2', 'rest+suffix'])
+                                  'lookahead:2,2,2', 'bigram', 'rest+suffix'])
 def test_t5x_restore_fills_the_heads_from_their_directory(trained, tmp_path, kind):
   """Through gin (DRAFT_KIND) and T5X's own restore of a target-only checkpoint written by
   t5x.train: the heads' params come from the heads' directory, the target's from the
   checkpoint; a layer-skip draft and the drafts with no model restore the target alone,
   and the latter predict T5X's own greedy decode ('rest+suffix': the demo task's bundled
-  datastore, checked against the gin's SentencePiece vocabulary)."""
+  datastore, checked against the gin's SentencePiece vocabulary; 'bigram': its bundled
+  table)."""
   import gin  # pylint: disable=import-outside-toplevel
   from t5x import gin_utils  # pylint: disable=import-outside-toplevel
   target, target_params = specjax.load_model(None, str(trained['target']))
@@ -154,6 +155,8 @@ def test_t5x_restore_fills_the_heads_from_their_directory(trained, tmp_path, kin
   spec = kind.split('+')[0] if kind.startswith('layerskip') else kind
   if kind == 'rest+suffix':
     spec = f'rest:{datastore.DEFAULT_DATASTORES["demo_target"]}+suffix'
+  if kind == 'bigram':
+    spec = f'bigram:{drafts.DEFAULT_BIGRAMS["demo_target"]}'
   bindings = [f'DRAFT_KIND = {real_t5x.quoted(spec)}']
   if path is not None:
     bindings.append(f'DRAFT_CHECKPOINT_PATH = {real_t5x.quoted(path)}')
