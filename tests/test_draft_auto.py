@@ -108,6 +108,8 @@ def test_the_default_candidates_are_those_the_target_has(tmp_path):
       target=str(tmp_path), draft='auto', draft_checkpoint='table.npz'))
   assert draft_auto.candidates(DecodeConfig(draft='auto', auto_drafts='suffix; copy;suffix')
                                ) == ['suffix', 'copy']
+  assert draft_auto.candidates(DecodeConfig(draft='auto', auto_drafts='bigram:t.npz;copy')
+                               ) == ['bigram:t.npz', 'copy']  # a table named by its path
 
 
 @pytest.mark.parametrize('flags, message', [
@@ -121,7 +123,10 @@ def test_the_default_candidates_are_those_the_target_has(tmp_path):
     (['--auto-drafts', 'copy'], 'pass --draft auto'),
     (['--draft', 'auto', '--auto-drafts', 'lookahead:0,3,4'], 'lookahead'),
     (['--draft', 'auto', '--auto-drafts', 'rest'], 'no datastore ships with no_such_model'),
-], ids=['gamma', 'tree', 'nodes', 'model', 'empty', 'alone', 'lookahead', 'datastore'])
+    (['--draft', 'auto', '--auto-drafts', 'copy;bigram:/nonexistent.npz'],
+     'bigram table /nonexistent.npz does not exist'),
+], ids=['gamma', 'tree', 'nodes', 'model', 'empty', 'alone', 'lookahead', 'datastore',
+        'table'])
 def test_bad_draft_auto_flags_are_one_line_before_any_load(capsys, flags, message):
   assert decode.main(BEFORE_LOAD + flags) == 2
   err = capsys.readouterr().err

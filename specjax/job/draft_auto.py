@@ -23,12 +23,13 @@ AUTO = 'auto'
 FLAG = '--auto-drafts'
 # The proposers with no draft model, in the order they are tried.
 DEFAULT = ('copy', 'bigram', 'suffix', 'rest', 'rest+suffix', 'lookahead')
-KINDS = 'copy, bigram, suffix, rest[:DIR], rest[:DIR]+suffix or lookahead[:W,N,G]'
+KINDS = ('copy, bigram[:TABLE], suffix, rest[:DIR], rest[:DIR]+suffix or '
+         'lookahead[:W,N,G]')
 
 
 def is_draft_free(spec: str) -> bool:
   """Whether `spec` names a proposer with no draft model (`KINDS`)."""
-  return (spec in (drafts.COPY, drafts.BIGRAM) or drafts.is_retrieval(spec)
+  return (spec == drafts.COPY or drafts.is_bigram(spec) or drafts.is_retrieval(spec)
           or drafts.is_lookahead(spec))
 
 
