@@ -122,7 +122,7 @@ def read_table(path: str) -> Tuple[np.ndarray, np.ndarray]:
   if (nxt.ndim != 2 or nxt.shape != logp.shape or not nxt.size or nxt.min() < 0
       or nxt.max() >= nxt.shape[0]):
     raise ValueError(f'{path} is not a bigram table (next ids {nxt.shape}, log-probabilities '
-                     f'{logp.shape}: one row of ids below its rows per token); {fix}')
+                     f'{logp.shape}: two [V, k] arrays, the ids below V); {fix}')
   return nxt, logp
 
 
