@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
-
 from specjax import checkpoints
 from specjax.checkpoints.registry import DEMO_VOCAB
-from specjax.proposers.bigram import save_table, table_from_counts
+from specjax.proposers.bigram import counts_of, save_table, table_from_counts
 
 
 def main() -> None:
@@ -32,13 +30,10 @@ def main() -> None:
   args = p.parse_args()
   vocab = checkpoints.load_vocab(args.vocab)
   size = vocab.vocab_size
-  counts = np.zeros((size, size), np.int64)
-  lines = 0
   with open(args.train, encoding='utf-8') as f:
-    for line in f:
-      ids = [vocab.pad_id] + vocab.encode(json.loads(line)[args.field]) + [vocab.eos_id]
-      np.add.at(counts, (ids[:-1], ids[1:]), 1)
-      lines += 1
+    documents = [vocab.encode(json.loads(line)[args.field]) + [vocab.eos_id] for line in f]
+  counts = counts_of(documents, size, vocab.pad_id)
+  lines = len(documents)
   table = table_from_counts(counts, args.top_k)
   save_table(args.out, table)
   print(f'{lines} targets, {counts.sum()} bigrams -> {args.out} (top {args.top_k} of {size})')

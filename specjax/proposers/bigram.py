@@ -77,6 +77,15 @@ class BigramDraft(proposal_lib.Stateless):
     return proposal_lib.chain(d.x, d.q, state, d.nonfinite, d.confidence)
 
 
+def counts_of(documents, vocab_size: int, start_id: int = 0) -> np.ndarray:
+  """Bigram counts [V, V] (row: previous token) of documents, each a list of ids (its EOS
+  included) framed as the decoder reads it: start_id first."""
+  counts = np.zeros((vocab_size, vocab_size), np.int64)
+  for ids in documents:
+    np.add.at(counts, ([start_id] + list(ids[:-1]), list(ids)), 1)
+  return counts
+
+
 def table_from_counts(counts: np.ndarray, top_k: int) -> dict:
   """The params of a BigramDraft from bigram counts [V, V] (row: previous token).
 
@@ -126,6 +135,18 @@ def read_table(path: str) -> Tuple[np.ndarray, np.ndarray]:
   return nxt, logp
 
 
+def check_fits(rows: int, vocab_size: Optional[int], path: str = 'the table') -> None:
+  """Refuses a table of `rows` ids for a target of vocab_size logits (None: unknown).
+
+  Raises:
+    ValueError: rows above vocab_size (one line).
+  """
+  if vocab_size is not None and rows > vocab_size:
+    raise ValueError(f'bigram table {path} was built with a vocabulary of {rows} ids, more '
+                     f'than the target\'s {vocab_size} logits; build it with the target\'s '
+                     'vocabulary (scripts/build_bigram.py --vocab)')
+
+
 def table_for(nxt: np.ndarray, logp: np.ndarray, vocab_size: Optional[int] = None,
               eos_id: int = 1, pad_id: int = 0, path: str = 'the table'):
   """(BigramDraft, params) of the arrays `read_table` returns, for a target.
@@ -140,10 +161,7 @@ def table_for(nxt: np.ndarray, logp: np.ndarray, vocab_size: Optional[int] = Non
   Raises:
     ValueError: V' above V: the table was built with a larger vocabulary (one line).
   """
-  if vocab_size is not None and nxt.shape[0] > vocab_size:
-    raise ValueError(f'bigram table {path} was built with a vocabulary of {nxt.shape[0]} '
-                     f'ids, more than the target\'s {vocab_size} logits; build it with the '
-                     'target\'s vocabulary (scripts/build_bigram.py --vocab)')
+  check_fits(nxt.shape[0], vocab_size, path)
   if vocab_size is not None and vocab_size > nxt.shape[0]:
     extra = vocab_size - nxt.shape[0]
     nxt = np.concatenate([nxt, np.repeat(nxt[pad_id:pad_id + 1], extra, 0)])

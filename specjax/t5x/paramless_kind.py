@@ -95,7 +95,7 @@ def read(kind: str, name: str, draft_module, draft_checkpoint_path: Optional[str
   try:
     if name == BIGRAM:
       table = bigram_lib.read_table(path)
-      bigram_lib.table_for(*table, vocab_size, path=path)  # more ids than logits: refused
+      bigram_lib.check_fits(table[0].shape[0], vocab_size, path)
     if name in (REST, REST_SUFFIX):
       store = datastore.load(path, comparable_vocabulary(vocabulary))
       if vocab_size is not None and store.vocab_size > vocab_size:

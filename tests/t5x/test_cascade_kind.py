@@ -21,7 +21,7 @@ from specjax import datastore  # pylint: disable=wrong-import-position
 from specjax.core.tree import DynamicTree  # pylint: disable=wrong-import-position
 from specjax.job import drafts  # pylint: disable=wrong-import-position
 from specjax.proposers.bigram import (  # pylint: disable=wrong-import-position
-    save_table, table_from_counts)
+    counts_of, save_table, table_from_counts)
 from specjax.proposers.cascade import HorizontalCascade  # pylint: disable=wrong-import-position
 from specjax.proposers.cascade import VerticalCascade  # pylint: disable=wrong-import-position
 from specjax.t5x import model as speculative  # pylint: disable=wrong-import-position
@@ -70,11 +70,8 @@ def setup(tmp_path_factory):
     datastore.write(datastore.build(documents, tiny_t5x.VOCAB_SIZE, '0' * 64),
                     str(root / name))
     stores[name] = str(root / name)
-  counts = np.zeros((tiny_t5x.VOCAB_SIZE,) * 2, np.int64)
-  for d in own:
-    np.add.at(counts, ([0] + d[:-1], d), 1)
   stores['table'] = str(root / 'table.npz')
-  save_table(stores['table'], table_from_counts(counts, 4))
+  save_table(stores['table'], table_from_counts(counts_of(own, tiny_t5x.VOCAB_SIZE), 4))
   return params, target_params, stores
 
 

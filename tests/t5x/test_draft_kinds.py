@@ -27,7 +27,7 @@ from specjax.core.tree import DynamicTree  # pylint: disable=wrong-import-positi
 from specjax.drafting import heads_io  # pylint: disable=wrong-import-position
 from specjax.job import drafts  # pylint: disable=wrong-import-position
 from specjax.proposers.bigram import (  # pylint: disable=wrong-import-position
-    save_table, table_from_counts)
+    counts_of, save_table, table_from_counts)
 from specjax.proposers.eagle import EagleHead  # pylint: disable=wrong-import-position
 from specjax.proposers.layer_skip import exit_params  # pylint: disable=wrong-import-position
 from specjax.proposers.medusa import MedusaHeads  # pylint: disable=wrong-import-position
@@ -251,10 +251,7 @@ def _documents(rows):
 def _write_table(path, documents, vocab_size=tiny_t5x.VOCAB_SIZE):
   """A bigram table of `documents` (each framed as the decoder sees it: the start token
   first) written to `path`, as scripts/build_bigram.py writes one (top 4 per token)."""
-  counts = np.zeros((vocab_size, vocab_size), np.int64)
-  for d in documents:
-    np.add.at(counts, ([0] + d[:-1], d), 1)
-  save_table(str(path), table_from_counts(counts, 4))
+  save_table(str(path), table_from_counts(counts_of(documents, vocab_size), 4))
   return str(path)
 
 

@@ -169,9 +169,7 @@ def test_partitioned_drafts_with_no_model_equal_unsharded(setup, tmp_path, kind,
     kind = f'rest:{tmp_path / "store"}+suffix'
   if kind == 'bigram':
     from specjax.proposers import bigram  # pylint: disable=import-outside-toplevel
-    counts = np.zeros((tiny_t5x.VOCAB_SIZE,) * 2, np.int64)
-    for d in documents:
-      np.add.at(counts, ([0] + d[:-1], d), 1)
+    counts = bigram.counts_of(documents, tiny_t5x.VOCAB_SIZE)
     bigram.save_table(str(tmp_path / 'table.npz'), bigram.table_from_counts(counts, 4))
     kind = f'bigram:{tmp_path / "table.npz"}'
   model = speculative.SpeculativeEncoderDecoderModel(
