@@ -225,7 +225,8 @@ def test_a_capped_cascade_that_claims_its_whole_chain_is_rejected(monkeypatch, f
     (['--draft', 'cascade:demo_draft:2,bigram', '--max-gamma', '2'],
      '--gamma auto weighs gammas up to 2; pass --max-gamma above 2'),
     (['--draft', 'cascade:demo_draft/bigram:/nonexistent.npz'],
-     'bigram table /nonexistent.npz does not exist; build one with scripts/build_bigram.py'),
+     'bigram table /nonexistent.npz does not exist; build one with python -m '
+     'specjax.datastore bigram'),
     (['--draft', f'bigram:{__file__}'], r'is not a bigram table (not an .npz archive)'),
     (['--draft', 'bigram:'], 'pass bigram:TABLE.npz'),
     (['--draft', 'bigram:/a.npz', '--draft-checkpoint', '/b.npz'],

@@ -16,6 +16,7 @@ import pytest
 from specjax import decode
 from specjax.bench import cli as bench_cli
 from specjax.bench import paper_table
+from specjax.datastore import cli as datastore_cli
 from specjax.models.t5_config import T5_CONFIGS
 from specjax.speed import measure, paper
 
@@ -143,8 +144,8 @@ def _vm_table(tmp_path, env, table=False):
       'if a[:2] == ["-m", "specjax.bench"]:\n'
       '  for flag in ("--json", "--markdown", "--plot"):\n'
       '    open(a[a.index(flag) + 1], "w").write("{}")\n'
-      'elif a[:1] == ["scripts/build_bigram.py"]:\n'
-      '  open(a[a.index("--out") + 1], "wb").write(b"")\n'
+      'elif a[:3] == ["-m", "specjax.datastore", "bigram"]:\n'
+      '  open(a[a.index("--output") + 1], "wb").write(b"")\n'
       'else:\n'
       '  sys.exit(f"unexpected python run: {a}")\n')
   fake.chmod(0o755)
@@ -172,9 +173,11 @@ def test_vm_paper_table_runs_the_bench_paper_table_for_t5_xxl(tmp_path):
   proc, calls = _vm_table(tmp_path, {})
   assert proc.returncode == 0, proc.stderr
   data, results = tmp_path / 'data', tmp_path / 'results'
-  (build,) = [c for c in calls if c[:1] == ['scripts/build_bigram.py']]
-  assert build[build.index('--train') + 1] == str(data / 'references.jsonl')
-  assert build[build.index('--vocab') + 1].startswith('gs://t5-data/vocabs/')
+  (build,) = [c[3:] for c in calls if c[:3] == ['-m', 'specjax.datastore', 'bigram']]
+  build_args = datastore_cli.parse_args(['bigram', *build])
+  assert (build_args.input, build_args.field) == (str(data / 'references.jsonl'), 'targets')
+  assert build_args.output == str(data / 't5_bigram.npz') and build_args.target == 't5_xxl'
+  assert build_args.vocab.startswith('gs://t5-data/vocabs/')
   args = _bench_args(calls)
   assert args.paper_table and (args.target, args.draft) == ('t5_xxl', 't5_small')
   assert args.paper_tasks == f'ende={data}/ende.jsonl,cnndm={data}/cnndm.jsonl'

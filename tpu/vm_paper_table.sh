@@ -66,8 +66,8 @@ with open(f'{data}/references.jsonl', 'w') as f:
 PYEOF
 fi
 if [[ ! -f "$BIGRAM_TABLE" ]]; then
-  "$PY" scripts/build_bigram.py --train "$DATA_DIR/references.jsonl" --field targets \
-    --vocab "$T5_VOCAB" --out "$BIGRAM_TABLE"
+  "$PY" -m specjax.datastore bigram --input "$DATA_DIR/references.jsonl" --field targets \
+    --vocab "$T5_VOCAB" --target t5_xxl --output "$BIGRAM_TABLE" --quiet
 fi
 
 checkpoints=()

@@ -81,8 +81,8 @@ class BenchConfig:
                            'model (--draft for NAME=FILE); other model names add draft models, '
                            'e.g. model,t5_base,t5_large,copy', group=_TABLE)
   paper_gammas: str = flag('2,4,6', 'the gammas each cell tries', group=_TABLE)
-  bigram_table: Optional[str] = flag(None, 'bigram .npz of the target '
-                                     '(scripts/build_bigram.py) for NAME=FILE tasks; the '
+  bigram_table: Optional[str] = flag(None, 'bigram .npz of the target (python -m '
+                                     'specjax.datastore bigram) for NAME=FILE tasks; the '
                                      'bundled tasks ship theirs', group=_TABLE)
   dtype: Optional[str] = flag(None, 'activation dtype of NAME=FILE pairs, e.g. bfloat16',
                               group=_TABLE)

@@ -1,12 +1,14 @@
-"""python -m specjax.datastore build: a retrieval datastore (`specjax.datastore.store`) from
-text, tokenised with a target's vocabulary, each document followed by EOS as the decoder
-writes it.
+"""python -m specjax.datastore: from text, tokenised with a target's vocabulary, each
+document followed by EOS as the decoder writes it, `build` writes a retrieval datastore
+(`specjax.datastore.store`, for --draft rest:DIR) and `bigram` a bigram table (for --draft
+bigram:TABLE).
 
 Examples:
   python -m specjax.datastore build --task specjax_demo_ende --output DIR
   python -m specjax.datastore build --input docs.txt --vocab spm.model --output DIR
   python -m specjax.datastore build --input rows.jsonl --field targets --target manpages_target \\
       --output DIR
+  python -m specjax.datastore bigram --input rows.jsonl --vocab spm.model --output TABLE.npz
 
 --input reads one document per line, or JSON lines (the --field of each line's object).
 --task reads a bundled task's corpus split (built by scripts/build_demo_corpus.py or
@@ -14,7 +16,9 @@ scripts/build_manpage_corpus.py under --data): specjax_demo_ende the German targ
 specjax_demo_manpages the man-page summaries, manlm the whole man-page texts.
 The vocabulary is --vocab (a SentencePiece model, or a tokenizer.json with a decoder-only
 --target), else the --target's (default: the task's bundled target, demo_target for
---input). Problems are one line on stderr and exit code 2, before the slow imports.
+--input). A bigram table counts each document's bigrams after the start token (the pad id)
+and keeps each token's --top-k next tokens. Problems are one line on stderr and exit code
+2, before the slow imports; an interrupted run writes nothing.
 """
 from __future__ import annotations
 
@@ -42,8 +46,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 @dataclasses.dataclass(frozen=True)
-class BuildConfig:
-  """The settings of `python -m specjax.datastore build`; each field is its flag."""
+class SourceConfig:
+  """The settings both commands share: the text and the vocabulary; each field is its flag."""
 
   input: Optional[str] = flag(None, 'text, one document per line, or JSON lines; - for '
                               'stdin (this or --task)', metavar='FILE')
@@ -62,36 +66,63 @@ class BuildConfig:
   split: str = flag('train', 'the --task corpus split', choices=sources.SPLITS)
   data: Optional[str] = flag(None, 'the --task corpus folder (default data/demo or '
                              'data/manpages)', metavar='DIR')
-  max_query: int = flag(layout.MAX_QUERY, 'tokens of each suffix the array is sorted by: '
-                        f'the longest lookup (1-{layout.MAX_QUERY_LIMIT})', metavar='Q')
   max_documents: Optional[int] = flag(None, 'keep the first N documents (in file order)',
                                       metavar='N')
   json: bool = flag(False, 'print the summary as JSON')
   quiet: bool = flag(False, 'no progress bars')
 
 
+@dataclasses.dataclass(frozen=True)
+class BuildConfig(SourceConfig):
+  """The settings of `python -m specjax.datastore build`; each field is its flag."""
+
+  max_query: int = flag(layout.MAX_QUERY, 'tokens of each suffix the array is sorted by: '
+                        f'the longest lookup (1-{layout.MAX_QUERY_LIMIT})', metavar='Q')
+
+
+@dataclasses.dataclass(frozen=True)
+class BigramConfig(SourceConfig):
+  """The settings of `python -m specjax.datastore bigram`; each field is its flag."""
+
+  output: Optional[str] = flag(None, 'the .npz table to write (must not exist)',
+                               metavar='FILE')
+  top_k: int = flag(8, 'next tokens kept per token (1-64)', metavar='K')
+
+
+TOP_K_LIMIT = 64  # a bigram table's widest rows
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p = _Parser(prog='python -m specjax.datastore', description=__doc__.split('\n\n')[0])
   sub = p.add_subparsers(dest='command', required=True, metavar='COMMAND')
-  b = sub.add_parser('build', help='build a datastore from text',
-                     description=__doc__.split('\n\n')[0],
-                     epilog=__doc__.split('\n\n', 1)[1],
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
-  flags.add_flags(b, BuildConfig, required=('output',))
+  epilog = __doc__.split('\n\n', 1)[1]
+  for name, cls, helped in (('build', BuildConfig, 'build a retrieval datastore from text'),
+                            ('bigram', BigramConfig, 'build a bigram table from text')):
+    c = sub.add_parser(name, help=helped, description=helped, epilog=epilog,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    flags.add_flags(c, cls, required=('output',))
   args = p.parse_args(argv)
   if (args.input is None) == (args.task is None):
-    p.error('build takes one of --input FILE and --task NAME')
+    p.error(f'{args.command} takes one of --input FILE and --task NAME')
   return args
 
 
 def _check(args) -> None:
   """The arguments' problems that need no file read, as ValueError."""
-  if not 1 <= args.max_query <= layout.MAX_QUERY_LIMIT:
+  if args.command == 'build' and not 1 <= args.max_query <= layout.MAX_QUERY_LIMIT:
     raise ValueError(f'--max-query must be in [1, {layout.MAX_QUERY_LIMIT}], got '
                      f'{args.max_query}; pass one in range (default {layout.MAX_QUERY})')
+  if args.command == 'bigram':
+    if not 1 <= args.top_k <= TOP_K_LIMIT:
+      raise ValueError(f'--top-k must be in [1, {TOP_K_LIMIT}], got {args.top_k}')
+    if not args.output.endswith('.npz'):
+      raise ValueError(f'--output {args.output}: a bigram table is an .npz file; pass a '
+                       'path ending in .npz')
+    if os.path.lexists(args.output):
+      raise ValueError(f'{args.output} already exists; remove it or pass another --output')
   if args.max_documents is not None and args.max_documents < 1:
     raise ValueError(f'--max-documents must be at least 1, got {args.max_documents}')
-  if layout.occupied(args.output):
+  if args.command == 'build' and layout.occupied(args.output):
     raise ValueError(f'{args.output} already exists; remove it (rm -r {args.output}) or pass '
                      'another --output')
   if args.input and (args.split != 'train' or args.data):
@@ -159,12 +190,17 @@ def _shown(path: str) -> str:
   return path if rel.startswith('..') else rel
 
 
+def _target(args) -> str:
+  """The registry name whose vocabulary tokenises the text."""
+  return args.target or (sources.TASKS[args.task].target if args.task else DEFAULT_TARGET)
+
+
 def build(args, argv: Sequence[str]) -> dict:
   """Builds and writes the datastore of `args`; its summary."""
   _check(args)
   texts = _texts(args)
   from specjax.datastore import store  # pylint: disable=import-outside-toplevel
-  target = args.target or (sources.TASKS[args.task].target if args.task else DEFAULT_TARGET)
+  target = _target(args)
   vocab = _vocabulary(args.vocab, target)
   built = store.build(_Documents(texts.texts, vocab), vocab.vocab_size,
                       store.vocab_fingerprint(vocab), args.max_query,
@@ -177,21 +213,43 @@ def build(args, argv: Sequence[str]) -> dict:
   return store.summary(built, args.output)
 
 
+def bigram(args) -> dict:
+  """Counts the bigrams of `args`'s text and writes its table; its summary."""
+  _check(args)
+  texts = _texts(args)
+  from specjax.proposers import bigram as bigram_lib  # pylint: disable=import-outside-toplevel
+  from specjax.datastore import store  # pylint: disable=import-outside-toplevel
+  vocab = _vocabulary(args.vocab, _target(args))
+  documents = list(store.with_progress(_Documents(texts.texts, vocab), not args.quiet,
+                                  desc='tokenising', unit='doc'))
+  table = bigram_lib.table_of(documents, vocab.vocab_size, args.top_k, vocab.pad_id)
+  bigram_lib.save_table(args.output, table)
+  return {'path': args.output, 'documents': len(documents),
+          'bigrams': sum(len(d) for d in documents), 'top_k': args.top_k,
+          'vocab_size': vocab.vocab_size, 'vocab': _shown(vocab.path),
+          'source': texts.source, 'bytes': os.path.getsize(args.output)}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   args = parse_args(argv)
+  written = 'datastore' if args.command == 'build' else 'table'
   try:
-    out = build(args, argv)
+    out = build(args, argv) if args.command == 'build' else bigram(args)
   except KeyboardInterrupt:
-    interrupt.error_line(f'interrupted: no datastore written to {args.output}')
+    interrupt.error_line(f'interrupted: no {written} written to {args.output}')
     return 130
   except (ValueError, OSError) as e:
     interrupt.error_line(f'error: {" ".join(str(e).split())}')
     return 2
   if args.json:
     print(json.dumps(out))
-  else:
+  elif args.command == 'build':
     print(f'{out["path"]}: {out["documents"]} documents, {out["tokens"]} tokens, '
           f'{layout.human_size(out["bytes"])} on disk (max_query {out["max_query"]}, '
           f'{out["vocab_size"]} ids)')
+  else:
+    print(f'{out["path"]}: {out["documents"]} documents, {out["bigrams"]} bigrams, top '
+          f'{out["top_k"]} next tokens of each of {out["vocab_size"]} ids, '
+          f'{layout.human_size(out["bytes"])} on disk')
   return 0

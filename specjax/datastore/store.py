@@ -86,7 +86,7 @@ def _check_max_query(max_query: int) -> None:
 SORT_BAR_SUFFIXES = 1 << 20  # a sort of fewer suffixes takes under a second: no bar
 
 
-def _progress(iterable, enabled: bool, **kw):
+def with_progress(iterable, enabled: bool, **kw):
   """`iterable`, with a tqdm bar on stderr when `enabled`."""
   if not enabled:
     return iterable
@@ -98,7 +98,7 @@ def _concatenate(documents: Iterable[Sequence[int]], vocab_size: int, progress: 
                  ) -> tuple:
   """(tokens [L] int32 with -1 after each non-empty document, their number)."""
   parts, count = [], 0
-  for i, doc in enumerate(_progress(documents, progress, desc='tokenising', unit='doc')):
+  for i, doc in enumerate(with_progress(documents, progress, desc='tokenising', unit='doc')):
     ids = np.asarray(doc, np.int64).reshape(-1)
     if not ids.size:
       continue
@@ -136,7 +136,7 @@ def _suffix_array(tokens: np.ndarray, max_query: int, vocab_size: int, progress:
   order = np.arange(len(positions))
   words = _sort_keys(tokens, positions, max_query, vocab_size)
   shown = progress and len(positions) >= SORT_BAR_SUFFIXES
-  for word in _progress(words[::-1], shown, desc='sorting', unit='pass'):
+  for word in with_progress(words[::-1], shown, desc='sorting', unit='pass'):
     order = order[np.argsort(word()[order], kind='stable')]
   return positions[order].astype(np.int32)
 

@@ -47,7 +47,7 @@ class DecodeConfig:
                     '...) or checkpoint directory; copy: copy from the input; bigram: the '
                     'target\'s bigram table (bundled for the bundled targets, else '
                     '--draft-checkpoint TABLE.npz); bigram:TABLE: the table '
-                    'scripts/build_bigram.py wrote to TABLE; copy+NAME: copy where the '
+                    'python -m specjax.datastore bigram wrote to TABLE; copy+NAME: copy where the '
                     'output repeats the input, the model NAME elsewhere; layerskip:M: the '
                     'target\'s own first M decoder layers (no draft model; layerskip:PATH: '
                     'with the early exit train_draft --kind layerskip trained); medusa:PATH: '

@@ -3,7 +3,7 @@
 - a registry name or a checkpoint: the draft model;
 - `copy`: copy from the source (`specjax.proposers.copy`);
 - `bigram`: the target's bigram table (`--draft-checkpoint table.npz`, or the one bundled
-  with each pair); `bigram:TABLE`: the table scripts/build_bigram.py wrote to TABLE;
+  with each pair); `bigram:TABLE`: the table python -m specjax.datastore bigram wrote to TABLE;
 - `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere;
 - `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`);
   `layerskip:PATH`: the same with the early exit `python -m specjax.train_draft --kind
@@ -153,8 +153,9 @@ def bigram_table(spec: str, target_name: str, table: Optional[str] = None) -> st
                      'another: pass one of them')
   path = path or table or DEFAULT_BIGRAMS.get(target_name)
   if path is None:
-    raise ValueError(f'no bigram table ships with {target_name}; build one with '
-                     'scripts/build_bigram.py and pass --draft bigram:TABLE.npz')
+    raise ValueError(f'no bigram table ships with {target_name}; build one (python -m '
+                     f'specjax.datastore bigram --target {target_name} --input TEXT --output '
+                     'TABLE.npz) and pass --draft bigram:TABLE.npz')
   return path
 
 

@@ -1,7 +1,7 @@
 """A bigram proposer: the next-token distribution after the last token, from a table.
 
 The table keeps the top-k next tokens of every token with their log-probabilities (so that
-V = 32k fits: V x k entries), counted on a corpus by `scripts/build_bigram.py`; a token
+V = 32k fits: V x k entries), counted on a corpus by `python -m specjax.datastore bigram`; a token
 never seen before another gets the table's unigram fallback row. The draft's q is exactly
 that distribution (renormalised over the k tokens), so sampling stays exact. The paper
 reports alpha 0.20 for a bigram draft on WMT EnDe. It drafts chains token by token, and
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import zipfile
 from typing import Optional, Tuple
 
@@ -24,6 +25,7 @@ import numpy as np
 from specjax.core import proposal as proposal_lib
 from specjax.core import steps, tree_draft
 
+BUILD_COMMAND = 'python -m specjax.datastore bigram'  # what writes a table
 OFF = -1e9  # the logit of a token outside a row's top-k (finite: see `specjax.proposers.copy.OFF`)
 
 
@@ -101,12 +103,68 @@ def table_from_counts(counts: np.ndarray, top_k: int) -> dict:
   return {'next': nxt.astype(np.int32), 'logp': logp.astype(np.float32)}
 
 
+def table_of(documents, vocab_size: int, top_k: int, start_id: int = 0) -> dict:
+  """`table_from_counts(counts_of(documents, ...), top_k)` without the dense [V, V] counts
+  (a 32k vocabulary's are 8 GB): the bigrams that occur, counted, and a row's top_k of them.
+
+  Args:
+    documents: lists of ids below vocab_size, each with its EOS, framed with start_id first.
+    vocab_size: V.
+    top_k: k, next tokens kept per token.
+    start_id: the token before a document's first.
+
+  Returns:
+    The params of a BigramDraft: next [V, k] int32 and logp [V, k] float32, equal to the
+    dense build's (ties by id; a row with fewer than k seen next tokens fills with the
+    lowest unseen ids, weight 0; a row never seen gets the unigram's top k).
+  """
+  pairs = [np.stack([np.concatenate([[start_id], ids[:-1]]), ids]) for ids in
+           (np.asarray(d, np.int64) for d in documents) if ids.size]
+  pairs = np.concatenate(pairs, axis=1) if pairs else np.zeros((2, 0), np.int64)
+  if pairs.size and (pairs.min() < 0 or pairs.max() >= vocab_size):
+    raise ValueError(f'token ids must be in [0, {vocab_size}), got {pairs.min()} to '
+                     f'{pairs.max()}')
+  unigram = np.bincount(pairs[1], minlength=vocab_size) + 1.0
+  fallback = np.argsort(-unigram, kind='stable')[:top_k]
+  nxt = np.tile(fallback, (vocab_size, 1))
+  kept = np.tile(unigram[fallback], (vocab_size, 1))
+  codes, counts = np.unique(pairs[0] * vocab_size + pairs[1], return_counts=True)
+  rows, cols = codes // vocab_size, codes % vocab_size
+  order = np.lexsort((cols, -counts, rows))  # by row, count down, id
+  rows, cols, counts = rows[order], cols[order], counts[order]
+  first = np.searchsorted(rows, rows)  # where each one's row starts
+  rank = np.arange(len(rows)) - first
+  seen, held = np.unique(rows, return_counts=True)
+  nxt[seen], kept[seen] = 0, 0.0
+  top = rank < top_k
+  nxt[rows[top], rank[top]] = cols[top]
+  kept[rows[top], rank[top]] = counts[top]
+  for row, m in zip(seen[held < top_k], held[held < top_k]):  # the lowest unseen ids
+    mine = nxt[row, :m]
+    nxt[row, m:] = np.setdiff1d(np.arange(top_k + m), mine)[:top_k - m]
+  kept = kept + 1e-3  # every kept token possible
+  logp = np.log(kept / kept.sum(1, keepdims=True))
+  return {'next': nxt.astype(np.int32), 'logp': logp.astype(np.float32)}
+
+
 def save_table(path: str, table: dict) -> None:
-  """Writes a table compactly: uint16 ids (V <= 65536), float16 log-probabilities."""
+  """Writes a table compactly: uint16 ids (V <= 65536), float16 log-probabilities; to a
+  temporary file renamed into place, so an interrupted write leaves nothing at `path`."""
   if table['next'].max() >= 1 << 16:
     raise ValueError('a bigram table stores ids as uint16; this vocabulary is too large')
-  np.savez_compressed(path, next=np.asarray(table['next'], np.uint16),
-                      logp=np.asarray(table['logp'], np.float16))
+  folder = os.path.dirname(os.path.abspath(path))
+  with tempfile.NamedTemporaryFile(dir=folder, prefix='.bigram-', suffix='.npz',
+                                   delete=False) as f:
+    try:
+      np.savez_compressed(f, next=np.asarray(table['next'], np.uint16),
+                          logp=np.asarray(table['logp'], np.float16))
+    except BaseException:
+      os.unlink(f.name)
+      raise
+  mask = os.umask(0)  # the mode a plain open would give (a temporary file's is 0600)
+  os.umask(mask)
+  os.chmod(f.name, 0o666 & ~mask)
+  os.replace(f.name, path)
 
 
 def read_table(path: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -115,9 +173,9 @@ def read_table(path: str) -> Tuple[np.ndarray, np.ndarray]:
 
   Raises:
     FileNotFoundError: no file at `path`.
-    ValueError: the file is not a bigram table (one line naming scripts/build_bigram.py).
+    ValueError: the file is not a bigram table (one line naming its build command).
   """
-  fix = 'build one with scripts/build_bigram.py'
+  fix = f'build one with {BUILD_COMMAND}'
   if os.path.isfile(path) and not zipfile.is_zipfile(path):
     raise ValueError(f'{path} is not a bigram table (not an .npz archive); {fix}')
   try:
@@ -144,7 +202,7 @@ def check_fits(rows: int, vocab_size: Optional[int], path: str = 'the table') ->
   if vocab_size is not None and rows > vocab_size:
     raise ValueError(f'bigram table {path} was built with a vocabulary of {rows} ids, more '
                      f'than the target\'s {vocab_size} logits; build it with the target\'s '
-                     'vocabulary (scripts/build_bigram.py --vocab)')
+                     f'vocabulary ({BUILD_COMMAND} --vocab)')
 
 
 def table_for(nxt: np.ndarray, logp: np.ndarray, vocab_size: Optional[int] = None,

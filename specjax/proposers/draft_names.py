@@ -78,7 +78,8 @@ def lookahead_tree(spec: str):
 
 
 def is_bigram(spec: str) -> bool:
-  """Whether `spec` is 'bigram' or 'bigram:TABLE' (a table scripts/build_bigram.py wrote)."""
+  """Whether `spec` is 'bigram' or 'bigram:TABLE' (a table `python -m specjax.datastore
+  bigram` wrote)."""
   return spec == BIGRAM or spec.startswith(BIGRAM + ':')
 
 
@@ -92,7 +93,7 @@ def table_path(spec: str) -> Optional[str]:
     return None
   if not spec[len(BIGRAM) + 1:]:
     raise ValueError(f'--draft {spec}: pass bigram:TABLE.npz, a table '
-                     'scripts/build_bigram.py wrote, or bigram')
+                     'python -m specjax.datastore bigram wrote, or bigram')
   return spec[len(BIGRAM) + 1:]
 
 

@@ -17,7 +17,7 @@ DRAFT_KIND), as `--draft` names them on the command line:
 - 'lookahead' or 'lookahead:W,N,G': lookahead decoding, the target's own Jacobi window of
   W guesses in N - 1 levels and G n-grams of N tokens from its pool (`specjax.proposers.lookahead`;
   'lookahead' is 5,3,4), verified as one tree of its own shape;
-- 'bigram:TABLE': the bigram table scripts/build_bigram.py wrote to TABLE
+- 'bigram:TABLE': the bigram table python -m specjax.datastore bigram wrote to TABLE
   (`specjax.proposers.bigram`), as `--draft bigram:TABLE`;
 - 'rest:DIR': continuations retrieved from the datastore that `python -m specjax.datastore
   build` wrote to DIR (`specjax.proposers.rest`); 'rest:DIR+suffix': one trie of both's

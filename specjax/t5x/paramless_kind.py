@@ -24,8 +24,8 @@ REST_SUFFIX = REST + drafts.PLUS_SUFFIX  # 'rest+suffix': the name of 'rest:DIR+
 RETRIEVAL = (SUFFIX, REST, REST_SUFFIX)
 # The kinds with no draft model, no checkpoint and no params.
 NAMES = RETRIEVAL + (COPY, LOOKAHEAD, BIGRAM)
-TABLE_FORM = ("pass 'bigram:TABLE', TABLE the .npz file scripts/build_bigram.py wrote with "
-              "the model's vocabulary")
+TABLE_FORM = ("pass 'bigram:TABLE', TABLE the .npz file python -m specjax.datastore bigram "
+              "wrote with the model's vocabulary")
 _READS = {SUFFIX: 'the row\'s own text', COPY: 'the row\'s input',
           LOOKAHEAD: 'the target\'s own guesses', BIGRAM: 'its bigram table',
           REST: 'its datastore', REST_SUFFIX: 'its datastore and the row\'s own text'}

@@ -50,7 +50,7 @@ def setup(tmp_path_factory):
   The draft is the target with noise added to its params: it agrees with the target on
   some tokens, not all. The datastores: 'own', the target's greedy decodes of four batches
   (the tests' included); 'other', as many random documents; 'table', the bigram table of
-  'own' (top 4 next tokens per token, as scripts/build_bigram.py counts them)."""
+  'own' (top 4 next tokens per token, as python -m specjax.datastore bigram counts them)."""
   params = tiny_t5x.params(_plain(), eos_bias=0.5)
   target_params = {k: v for k, v in params.items() if k != 'draft'}
   leaves, tree = jax.tree.flatten(target_params)

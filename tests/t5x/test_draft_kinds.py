@@ -250,7 +250,7 @@ def _documents(rows):
 
 def _write_table(path, documents, vocab_size=tiny_t5x.VOCAB_SIZE):
   """A bigram table of `documents` (each framed as the decoder sees it: the start token
-  first) written to `path`, as scripts/build_bigram.py writes one (top 4 per token)."""
+  first) written to `path`, as python -m specjax.datastore bigram writes one (top 4 per token)."""
   save_table(str(path), table_from_counts(counts_of(documents, vocab_size), 4))
   return str(path)
 
@@ -400,12 +400,12 @@ LOOKAHEAD_FORM = (r"pass 'lookahead' or 'lookahead:W,N,G' \(window, n-gram size,
      r"'bigram:TABLE', 'rest:DIR', 'rest:DIR\+suffix' or 'cascade:model/CHEAP\[/K\[/C\]\]', "
      r"got 'restful'"),
     (dict(draft_kind='bigram'), r"DRAFT_KIND 'bigram' needs its table: pass 'bigram:TABLE', "
-     r'TABLE the .npz file scripts/build_bigram.py wrote'),
+     r'TABLE the .npz file python -m specjax.datastore bigram wrote'),
     (dict(draft_kind='bigram:own', draft_checkpoint_path='eagle'),
      'drafts from its bigram table, with no draft model or checkpoint: leave '
      'DRAFT_CHECKPOINT_PATH unbound'),
     (dict(draft_kind='bigram:nowhere.npz'), "DRAFT_KIND 'bigram:nowhere.npz': bigram table "
-     'nowhere.npz does not exist; build one with scripts/build_bigram.py'),
+     'nowhere.npz does not exist; build one with python -m specjax.datastore bigram'),
     (dict(draft_kind='bigram:not_a_table'), r'is not a bigram table \(not an .npz archive\)'),
     (dict(draft_kind='bigram:wide'),
      r"built with a vocabulary of 64 ids, more than the target's 32 logits"),
