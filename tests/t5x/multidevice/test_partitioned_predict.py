@@ -184,14 +184,23 @@ def test_partitioned_drafts_with_no_model_equal_unsharded(setup, tmp_path, kind,
 
 
 @pytest.mark.parametrize('setting', list(SETTINGS))
-@pytest.mark.parametrize('kind', ['cascade:model/suffix/2/2', 'cascade:model:1,suffix'])
-def test_partitioned_cascades_equal_unsharded(setup, kind, setting):
+@pytest.mark.parametrize('kind', ['cascade:model/suffix/2/2', 'cascade:model:1,suffix',
+                                  'cascade:model/bigram:TABLE/2/2'])
+def test_partitioned_cascades_equal_unsharded(setup, tmp_path, kind, setting):
   """Cascades (DRAFT_KIND 'cascade:model/CHEAP/K/C', 'cascade:model:K,CHEAP') under T5X's
   partitioner: the draft model's params are sharded by T5X's rules as for DRAFT_KIND
-  'model', the capped cascade's per-row counts are split with the rows, and the decodes
-  equal the unsharded ones."""
+  'model', the capped cascade's per-row counts are split with the rows, a bigram table
+  (CHEAP 'bigram:TABLE') reaches the partitioned decode as replicated constants beside the
+  sharded draft, and the decodes equal the unsharded ones."""
+  from specjax.proposers import bigram  # pylint: disable=import-outside-toplevel
   from specjax.t5x import model as speculative  # pylint: disable=import-outside-toplevel
   _, params, batch = setup
+  if 'TABLE' in kind:
+    rng = np.random.default_rng(9)
+    documents = [rng.choice([11, 19, 23, 31], 12).tolist() + [tiny_t5x.EOS] for _ in range(64)]
+    bigram.save_table(str(tmp_path / 'table.npz'),
+                      bigram.table_of(documents, tiny_t5x.VOCAB_SIZE, 4))
+    kind = kind.replace('TABLE', str(tmp_path / 'table.npz'))
   model = speculative.SpeculativeEncoderDecoderModel(
       tiny_t5x.TARGET, tiny_t5x.VOCAB, tiny_t5x.VOCAB, None, draft_module=tiny_t5x.DRAFT,
       draft_kind=kind, gamma=3)
