@@ -41,6 +41,12 @@ def exit_at_once(where: Callable[[], str]) -> None:
   signal.signal(signal.SIGINT, handle)
 
 
+def raise_from_here() -> None:
+  """Makes SIGINT raise KeyboardInterrupt again (Python's own handler), for a tool's last
+  step: a write that cleans up its temporary files as the exception unwinds it."""
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def finish(code: int) -> NoReturn:
   """Ends a tool that ran to its end with exit code `code`; a Ctrl-C from here on is
   ignored.

@@ -3,14 +3,27 @@ against the dense [V, V] counts, the atomic write, and `python -m specjax.datast
 bigram` with its one-line refusals."""
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
+import signals_for_tests
 
 from specjax import checkpoints
 from specjax.checkpoints.registry import DEMO_VOCAB
 from specjax.datastore import cli
 from specjax.proposers import bigram
+
+
+@pytest.fixture(autouse=True)
+def own_ctrl_c_handler():
+  """`cli.main` run here installs the tool's Ctrl-C handler: the test process's comes back."""
+  before = signal.getsignal(signal.SIGINT)
+  yield
+  signal.signal(signal.SIGINT, before)
 
 
 def _documents(rng, vocab_size, count, values=None):
@@ -121,3 +134,34 @@ def test_cli_refuses_in_one_line(tmp_path, monkeypatch, capsys, args, message):
   assert err.count('\n') == 1 and err.startswith('error: ') and message in err
   assert not os.path.exists('x.npz') and (tmp_path / 'old.npz').read_bytes() == b'kept'
 
+
+
+def test_ctrl_c_during_the_write_leaves_nothing(tmp_path, monkeypatch, capsys):
+  (tmp_path / 'docs.txt').write_text('eins zwei\n', encoding='utf-8')
+  monkeypatch.chdir(tmp_path)
+  real = np.savez_compressed
+
+  def interrupted(*args, **kw):
+    real(*args, **kw)  # the temporary file is whole when Ctrl-C comes
+    raise KeyboardInterrupt
+  monkeypatch.setattr(np, 'savez_compressed', interrupted)
+  assert cli.main(['bigram', '--input', 'docs.txt', '--output', 'x.npz', '--quiet']) == 130
+  assert capsys.readouterr().err == 'interrupted: no table written to x.npz\n'
+  assert os.listdir(tmp_path) == ['docs.txt']
+
+
+@pytest.mark.parametrize('command', ['bigram', 'build'])
+def test_ctrl_c_during_the_imports_ends_in_one_line(tmp_path, command):
+  (tmp_path / 'docs.txt').write_text('eins zwei\n', encoding='utf-8')
+  output = 'x.npz' if command == 'bigram' else 'ds'
+  proc = subprocess.Popen([sys.executable, '-m', 'specjax.datastore', command, '--input',
+                           'docs.txt', '--output', output], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  signals_for_tests.wait_until_python_runs(proc)
+  time.sleep(0.5)  # the tool's imports take seconds (its handler is in place at 0.1 s)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 130 and 'Traceback' not in err, err
+  assert err.strip() == f'interrupted: no {"table" if command == "bigram" else "datastore"} ' \
+      f'written to {output}'
+  assert sorted(os.listdir(tmp_path)) == ['docs.txt']

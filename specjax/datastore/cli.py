@@ -209,6 +209,7 @@ def build(args, argv: Sequence[str]) -> dict:
   meta = {**built.meta, **own, 'vocab': _shown(vocab.path),
           'command': f'{layout.BUILD_COMMAND} {shlex.join(argv[1:])}'.rstrip()}
   built = dataclasses.replace(built, meta=meta)
+  interrupt.raise_from_here()  # the write removes its temporary directory as it unwinds
   store.write(built, args.output)
   return store.summary(built, args.output)
 
@@ -223,6 +224,7 @@ def bigram(args) -> dict:
   documents = list(store.with_progress(_Documents(texts.texts, vocab), not args.quiet,
                                   desc='tokenising', unit='doc'))
   table = bigram_lib.table_of(documents, vocab.vocab_size, args.top_k, vocab.pad_id)
+  interrupt.raise_from_here()  # the write removes its temporary file as it unwinds
   bigram_lib.save_table(args.output, table)
   return {'path': args.output, 'documents': len(documents),
           'bigrams': sum(len(d) for d in documents), 'top_k': args.top_k,
@@ -234,6 +236,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   args = parse_args(argv)
   written = 'datastore' if args.command == 'build' else 'table'
+  # Until the write, a Ctrl-C ends the run at once (during the imports too, where a
+  # KeyboardInterrupt can be swallowed by a garbage collector callback); nothing is on disk.
+  interrupt.exit_at_once(lambda: f'no {written} written to {args.output}')
   try:
     out = build(args, argv) if args.command == 'build' else bigram(args)
   except KeyboardInterrupt:
