@@ -17,6 +17,8 @@ machine then hits both), keeping each program's fastest compile:
   - TPU's own estimate of the call's time, the sum of the `estimated_cycles` libtpu's
     cost model gives each operation of the compiled program (`estimated_cycles`), the
     scanned loop's body counted L times;
+  and the same programs of the model cut to one encoder and one decoder layer (ONE_LAYER,
+  unrolled): what compiling costs besides the layers, the floor of the scanned compile;
 - 'slice' (--slice-chips, default 4: v4-8): compile times alone of T5-XXL's encoder, step
   and verify, and of one loop iteration of the speculative decode (t5_small's chain of 7,
   the verify, the acceptance; `programs.program_fns`), batch 8, sharded model-parallel
@@ -50,6 +52,9 @@ SLICE_PROGRAMS = (('t5_xxl', 'encode', 0), ('t5_xxl', 'step', 1), ('t5_xxl', 've
                   ('t5_xxl+t5_small', 'iteration', 7))
 SLICE_BATCH = 8
 LAYOUTS = ('unrolled', 'scanned', 'scanned, loop unrolled')
+# The same model with one encoder and one decoder layer, unrolled (TPU part): what the
+# program costs to compile besides its layers, the floor scanning cannot go below.
+ONE_LAYER = 'one layer'
 LAYERS = {'t5_xxl': 24, 't5_small': 8}  # decoder layers
 _CYCLES = re.compile(r'"estimated_cycles":"(\d+)"')
 _COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) .*\{$')
@@ -61,6 +66,8 @@ def _configs(layout: str):
   from specjax.models.t5_config import t5_small, t5_xxl  # pylint: disable=import-outside-toplevel
   if layout == 'unrolled':
     return t5_xxl, t5_small
+  if layout == ONE_LAYER:
+    return tuple(c.replace(num_encoder_layers=1, num_decoder_layers=1) for c in (t5_xxl, t5_small))
   unroll = lambda c: c.num_decoder_layers if layout == LAYOUTS[2] else 1
   return tuple(c.replace(scan_layers=True, scan_unroll=unroll(c)) for c in (t5_xxl, t5_small))
 
@@ -109,7 +116,7 @@ def tpu_part(rounds: int, batches) -> list:
   best = {}
   for round_ in range(rounds):
     for batch in batches:
-      for layout in LAYOUTS:
+      for layout in LAYOUTS + (ONE_LAYER,):
         if round_ and layout == LAYOUTS[2]:
           continue
         target, draft = _configs(layout)
@@ -241,6 +248,7 @@ def section(data: dict) -> str:
             f'{call["bytes"] / 1e6:,.0f} | {call["bytes"] / u["bytes"]:.3f} | '
             f'{call["flops"] / u["flops"]:.3f} | {sc["cycles"] / u["cycles"]:.3f} |')
     lines.append('')
+    lines += floor_lines(tpu)
   sliced = {(r['model'], r['program'], r['tokens'], r['layout']): r
             for r in data.get('slice', [])}
   if sliced:
@@ -269,6 +277,42 @@ def section(data: dict) -> str:
                  f'and {cpu["scanned"]:.1f} s scanned: with so few layers most of the '
                  f'program is the loop around them.')
   return '\n'.join(lines) + '\n'
+
+
+def floor_lines(tpu: dict) -> list:
+  """The section's lines on the compile floor: each program of one layer (ONE_LAYER)
+  beside the unrolled and scanned ones; none where the run has no one-layer rows.
+
+  Args:
+    tpu: {(model, program, tokens, batch, layout): row} of the TPU part.
+  """
+  rows = []
+  for model, program, tokens in TPU_PROGRAMS:
+    for batch in sorted({k[3] for k in tpu}):
+      key = (model, program, tokens, batch)
+      if all(key + (layout,) in tpu for layout in (*LAYOUTS[:2], ONE_LAYER)):
+        rows.append((model, program, tokens, batch) + tuple(
+            tpu[key + (layout,)]['compile_seconds'] for layout in (*LAYOUTS[:2], ONE_LAYER)))
+  if not rows:
+    return []
+  xxl = [r for r in rows if r[0] == 't5_xxl']
+  ceiling = [u / one for *_, u, _, one in xxl]
+  above = [sc / one for *_, sc, one in xxl]
+  lines = [f'The compile floor: the same programs of the model cut to one encoder and one '
+           f'decoder layer (unrolled), in the same rounds. T5-XXL of one layer compiles only '
+           f'{min(ceiling):.1f}-{max(ceiling):.1f}x faster than its 24 layers unrolled: the '
+           'rest of the program (embeddings, logits, the compiler\'s fixed passes) costs '
+           f'{1 / max(ceiling):.0%}-{1 / min(ceiling):.0%} of the unrolled compile, and no '
+           'layout of the layers can gain more than that on one chip. The scanned program '
+           f'compiles in {min(above):.2f}-{max(above):.2f}x the one-layer time: its layers '
+           'cost about what one layer costs.', '',
+           '| program | B | compile, unrolled (s) | compile, one layer (s) | compile, scanned '
+           '(s) | unrolled / one layer | scanned / one layer |', '|---|---|---|---|---|---|---|']
+  for model, program, tokens, batch, u, sc, one in rows:
+    name = f'{model} {program}' + (f' K={tokens}' if program == 'verify' else '')
+    lines.append(f'| {name} | {batch} | {u:.1f} | {one:.1f} | {sc:.1f} | {u / one:.1f} | '
+                 f'{sc / one:.2f} |')
+  return lines + ['']
 
 
 def parse_args(argv=None):
