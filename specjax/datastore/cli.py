@@ -222,7 +222,7 @@ def bigram(args) -> dict:
   from specjax.datastore import store  # pylint: disable=import-outside-toplevel
   vocab = _vocabulary(args.vocab, _target(args))
   documents = list(store.with_progress(_Documents(texts.texts, vocab), not args.quiet,
-                                  desc='tokenising', unit='doc'))
+                                       desc='tokenising', unit='doc'))
   table = bigram_lib.table_of(documents, vocab.vocab_size, args.top_k, vocab.pad_id)
   interrupt.raise_from_here()  # the write removes its temporary file as it unwinds
   bigram_lib.save_table(args.output, table)

@@ -3,7 +3,8 @@
 - a registry name or a checkpoint: the draft model;
 - `copy`: copy from the source (`specjax.proposers.copy`);
 - `bigram`: the target's bigram table (`--draft-checkpoint table.npz`, or the one bundled
-  with each pair); `bigram:TABLE`: the table python -m specjax.datastore bigram wrote to TABLE;
+  with each pair); `bigram:TABLE`: the table `python -m specjax.datastore bigram` wrote to
+  TABLE;
 - `copy+NAME`: copy where the output repeats the source, the draft model NAME elsewhere;
 - `layerskip:M`: the target's own first M decoder layers (`specjax.proposers.layer_skip`);
   `layerskip:PATH`: the same with the early exit `python -m specjax.train_draft --kind

@@ -1,8 +1,8 @@
 """A bigram proposer: the next-token distribution after the last token, from a table.
 
 The table keeps the top-k next tokens of every token with their log-probabilities (so that
-V = 32k fits: V x k entries), counted on a corpus by `python -m specjax.datastore bigram`; a token
-never seen before another gets the table's unigram fallback row. The draft's q is exactly
+V = 32k fits: V x k entries), counted on a corpus by `python -m specjax.datastore bigram`
+(`table_of`); a token never seen before another gets the table's unigram fallback row. The draft's q is exactly
 that distribution (renormalised over the k tokens), so sampling stays exact. The paper
 reports alpha 0.20 for a bigram draft on WMT EnDe. It drafts chains token by token, and
 token trees, static or dynamic, from the table's top tokens below each node (a row depends
