@@ -91,6 +91,23 @@ def test_bad_drafts_are_one_line_errors_before_any_load(spec, tmp_path, capsys, 
   assert not out.exists()
 
 
+def test_a_table_wider_than_the_target_fails_before_any_row_is_timed(tmp_path, capsys,
+                                                                     monkeypatch):
+  """A draft that only the loaded target can refuse (a bigram table of a larger vocabulary)
+  ends the run in one line once the models load, before the bench times anything."""
+  from specjax.proposers import bigram  # pylint: disable=import-outside-toplevel
+  width = 60000  # ids: the demo target has 4096 logits
+  table = tmp_path / 'wide.npz'
+  bigram.save_table(str(table), bigram.table_of([[width - 1, 1]], width, 2))
+  monkeypatch.setattr(cli.timing, 'step_costs', lambda *a, **k: pytest.fail('timed'))
+  out = tmp_path / 'b.json'
+  assert cli.main(COMMON + ['--drafts', f'bigram:{table}', '--json', str(out)]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith(f'error: bigram table {table} was built with a vocabulary of {width} '
+                        'ids') and '\n' not in err, err
+  assert not out.exists()
+
+
 def test_drafts_keep_the_commas_of_their_own_spelling():
   assert kinds.parse_drafts('copy, rest,lookahead:5,3,4,cascade:demo_draft:2,bigram,suffix,'
                             'lookahead,cascade:a/bigram/3') == [

@@ -107,6 +107,11 @@ def run_bench(args) -> dict:
   max_len = 8 if args.quick else args.max_decode_len
   _check_drafts(args, max_len)  # a bad --drafts too
   target, tp, draft, dp, inputs = _setup(args)
+  # The other drafts loaded before anything is timed: one that does not fit the target
+  # (a table or datastore of another vocabulary) fails now, not after the rows.
+  others = {spec: drafts.resolve_draft(spec, target, args.target, args.context['load'],
+                                       vocab=args.context['vocab'])
+            for spec in kinds.parse_drafts(args.drafts)}
   size = args.batch_size
   inputs = inputs[:len(inputs) // size * size]
   if len(inputs) == 0:
@@ -157,8 +162,8 @@ def run_bench(args) -> dict:
     result['peers'] = peers.peer_summary(target, tp, draft, dp, inputs, max_len,
                                           best['gamma'], greedy_tokens, args.seed,
                                           args.pad_inputs)
-  result.update(_beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_len,
-                                  repeats, slots))
+  result.update(_beyond_the_draft(args, target, tp, draft, dp, others, batches, temperatures,
+                                  max_len, repeats, slots))
   return result
 
 
@@ -180,17 +185,14 @@ def _check_drafts(args, max_len: int) -> None:
                        f'--variant-gammas with a gamma above {k} (now {args.variant_gammas})')
 
 
-def _beyond_the_draft(args, target, tp, draft, dp, batches, temperatures, max_len, repeats,
-                      slots) -> dict:
-  """The rows of --drafts, --verifications, --thresholds, --trees, --lenience and
-  --gamma-auto-batches."""
+def _beyond_the_draft(args, target, tp, draft, dp, others, batches, temperatures, max_len,
+                      repeats, slots) -> dict:
+  """The rows of --drafts (others: {spec: (draft, params)}), --verifications,
+  --thresholds, --trees, --lenience and --gamma-auto-batches."""
   out = {}
   ctx = args.context
   kw = dict(max_len=max_len, seed=args.seed, rounds=args.rounds, repeats=repeats, slots=slots)
   verifications = [v for v in args.verifications.split(',') if v]
-  others = {spec: drafts.resolve_draft(spec, target, args.target, ctx['load'],
-                                      vocab=ctx['vocab'])
-            for spec in kinds.parse_drafts(args.drafts)}
   label = args.draft if not args.quick else 't5_tiny_draft'
   if others or verifications != ['token'] or args.thresholds:
     gammas = _ints(args.variant_gammas)
