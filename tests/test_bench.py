@@ -264,6 +264,9 @@ def test_quick_bench_end_to_end(quick_bench):
   assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert 'Where the time goes' in text and '`draft_step`' in text
   assert 'timing noise:' in text  # --rounds 3 by default
+  # tiny models' figures are said to be no measurement, and only theirs
+  assert result['quick'] is True and report.QUICK_NOTE in text
+  assert report.QUICK_NOTE not in report.format_table(dict(result, quick=False))
 
 
 def test_inputs_first_or_longest_in_file_order(tmp_path):

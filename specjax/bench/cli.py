@@ -141,6 +141,7 @@ def run_bench(args) -> dict:
   result = {
       'target': 't5_tiny' if args.quick else args.target,
       'draft': 't5_tiny_draft' if args.quick else args.draft,
+      'quick': args.quick,
       'num_examples': len(inputs), 'select': 'first' if args.quick else args.select,
       'batch_size': size, 'refill': args.refill, 'max_decode_len': max_len,
       'rounds': args.rounds,

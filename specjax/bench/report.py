@@ -63,6 +63,11 @@ def noise(result: dict) -> str:
           f'figure; {named}); a ratio of two figures can move by as much from run to run')
 
 
+QUICK_NOTE = ('--quick: tiny random models whose steps take microseconds, so their timings '
+              'and every figure made of them (speedups, c, v, efficiency, its factors) test '
+              'that the bench runs; they measure nothing')
+
+
 def format_table(result: dict) -> str:
   """The rows as a markdown table (what the terminal and the report show)."""
   header = list(_COLUMNS) + [f'x {f}' for f in _FACTORS] + ['identical']
@@ -83,6 +88,8 @@ def format_table(result: dict) -> str:
   noise_line = noise(result)
   if noise_line:
     lines.append(noise_line)
+  if result.get('quick'):
+    lines.append(QUICK_NOTE)
   if 'peers' in result:
     p = result['peers']
     lines.append(f'peers (greedy, batch 1, gamma {p["gamma"]}): ' + ', '.join(
