@@ -2,8 +2,9 @@
 
 The table keeps the top-k next tokens of every token with their log-probabilities (so that
 V = 32k fits: V x k entries), counted on a corpus by `python -m specjax.datastore bigram`
-(`table_of`); a token never seen before another gets the table's unigram fallback row. The draft's q is exactly
-that distribution (renormalised over the k tokens), so sampling stays exact. The paper
+(`table_of`); a token never seen before another gets the table's unigram fallback row. The
+draft's q is exactly that distribution (renormalised over the k tokens), so sampling stays
+exact. The paper
 reports alpha 0.20 for a bigram draft on WMT EnDe. It drafts chains token by token, and
 token trees, static or dynamic, from the table's top tokens below each node (a row depends
 on its token alone, so a tree needs no mask); it has no state.
@@ -98,7 +99,13 @@ def table_from_counts(counts: np.ndarray, top_k: int) -> dict:
   unigram = counts.sum(0) + 1.0
   rows = np.where(counts.sum(1, keepdims=True) > 0, counts, unigram[None])
   nxt = np.argsort(-rows, axis=1, kind='stable')[:, :top_k]
-  kept = np.take_along_axis(rows, nxt, axis=1) + 1e-3  # every kept token possible
+  return _params(nxt, np.take_along_axis(rows, nxt, axis=1))
+
+
+def _params(nxt: np.ndarray, kept: np.ndarray) -> dict:
+  """A BigramDraft's params from each row's kept next ids [V, k] and their counts [V, k]:
+  the log of each one's share among the k (every kept token possible)."""
+  kept = kept + 1e-3
   logp = np.log(kept / kept.sum(1, keepdims=True))
   return {'next': nxt.astype(np.int32), 'logp': logp.astype(np.float32)}
 
@@ -142,9 +149,7 @@ def table_of(documents, vocab_size: int, top_k: int, start_id: int = 0) -> dict:
   for row, m in zip(seen[held < top_k], held[held < top_k]):  # the lowest unseen ids
     mine = nxt[row, :m]
     nxt[row, m:] = np.setdiff1d(np.arange(top_k + m), mine)[:top_k - m]
-  kept = kept + 1e-3  # every kept token possible
-  logp = np.log(kept / kept.sum(1, keepdims=True))
-  return {'next': nxt.astype(np.int32), 'logp': logp.astype(np.float32)}
+  return _params(nxt, kept)
 
 
 def save_table(path: str, table: dict) -> None:
