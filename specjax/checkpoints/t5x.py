@@ -9,8 +9,10 @@ Only the `target` arrays are read; optimizer slots are never touched.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
+import socket
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -49,7 +51,35 @@ def _gcs_timeout() -> float:
   return float(os.environ.get('SPECJAX_GCS_TIMEOUT', '60'))
 
 
+# GCS's host, unless an environment variable sends tensorstore elsewhere (a proxy, or
+# another endpoint such as an emulator): then only a request can tell.
+GCS_HOST = 'storage.googleapis.com'
+ROUTED_ELSEWHERE = ('TENSORSTORE_GCS_HTTP_URL', 'https_proxy', 'HTTPS_PROXY', 'all_proxy',
+                     'ALL_PROXY')
+
+
+@functools.lru_cache(maxsize=None)
+def gcs_unreachable() -> Optional[str]:
+  """Why GCS cannot be reached from this machine (its host's name does not resolve), or
+  None when it may be.
+
+  Offline, tensorstore retries a request until `_gcs_timeout()` (a minute) and logs
+  credential warnings on the way; a name lookup says the same in milliseconds.
+  """
+  if any(os.environ.get(name) for name in ROUTED_ELSEWHERE):
+    return None
+  try:
+    socket.getaddrinfo(GCS_HOST, 443)
+  except OSError as e:
+    return f'{GCS_HOST} does not resolve: {e.strerror or e}'
+  return None
+
+
 def _gcs_store(bucket: str) -> ts.KvStore:
+  """The bucket's store; OSError at once when GCS cannot be reached (`gcs_unreachable`)."""
+  why = gcs_unreachable()
+  if why is not None:
+    raise OSError(f'no GCS access, {why}')
   return ts.KvStore.open({'driver': 'gcs', 'bucket': bucket}).result(timeout=_gcs_timeout())
 
 

@@ -14,6 +14,7 @@ import jax
 
 from specjax import checkpoints
 from specjax.checkpoints.registry import BUNDLED, DEFAULT_CHECKPOINTS, T5_VOCAB, bundled
+from specjax.checkpoints import t5x
 from specjax.job import drafts
 from specjax.models.lm import CausalLM
 from specjax.models import scan
@@ -68,8 +69,9 @@ def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=axis_rules.ST
                                            shardings=shardings, param_dtype=param_dtype)
   except (ValueError, FileNotFoundError, OSError) as e:
     if path.startswith('gs://'):
-      raise ValueError(f'cannot read {path} (no GCS access?); copy it locally and pass '
-                       f'{flag} PATH') from e
+      why = t5x.gcs_unreachable()
+      why = f'no GCS access, {why}' if why else 'no GCS access?'
+      raise ValueError(f'cannot read {path} ({why}); copy it locally and pass {flag} PATH') from e
     raise
   if mesh is not None and not named:  # the config came with the checkpoint: place it now
     params = jax.device_put(params, axis_rules.param_shardings(model, mesh, rules))
