@@ -35,7 +35,7 @@ from specjax import checkpoints
 from specjax.checkpoints.registry import MANLM_ASSETS, MANPAGES_ASSETS
 from specjax.core import api
 from specjax.core.sampling import SamplingConfig
-from specjax.demo import continuation, datastore_card
+from specjax.demo import bigram_card, continuation, datastore_card
 from specjax.drafting import distill
 from specjax.drafting import fit as fit_lib
 from specjax.models.lm import CausalLM
@@ -275,7 +275,9 @@ def write_card(args, ppl, stats, n_rows) -> None:
       'DEFAULT_CHECKPOINTS[\'manlm_target\'])` (and `manlm_draft`), or run '
       '`python -m specjax.decode --target manlm_target --draft manlm_draft`. Toy models: '
       'they continue man pages, nothing else.', '',
-      *datastore_card.section(args.assets)]
+      *datastore_card.section(args.assets),
+      *bigram_card.section(args.assets, 'manlm', 'manlm_target',
+                           'the texts, whole')]
   with open(os.path.join(args.assets, 'MODEL_CARD.md'), 'w', encoding='utf-8') as f:
     f.write('\n'.join(lines))
   log(args, f'card -> {args.assets}/MODEL_CARD.md: greedy alpha {g["alpha"]:.3f}, '

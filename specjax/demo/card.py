@@ -14,7 +14,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from specjax.demo import corpus, datastore_card
+from specjax.demo import bigram_card, corpus, datastore_card
 from specjax.models.t5_config import demo_draft, demo_target
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -220,7 +220,9 @@ def write_card(args, r) -> str:
       "vocabulary `checkpoints.load_vocab('specjax/assets/demo/spm.model')`. Toy models: "
       'they translate short software messages, nothing else.',
       '',
-      *datastore_card.section(args.assets)]
+      *datastore_card.section(args.assets),
+      *bigram_card.section(args.assets, 'specjax_demo_ende', 'demo_target',
+                           'the German side')]
   path = os.path.join(args.assets, 'MODEL_CARD.md')
   with open(path, 'w') as f:
     f.write('\n'.join(lines))

@@ -10,7 +10,7 @@ from typing import Dict, Sequence
 import jax
 import numpy as np
 
-from specjax.demo import datastore_card, manpages
+from specjax.demo import bigram_card, datastore_card, manpages
 from specjax.demo.card import speculative_lines, training_summary
 
 ROUGE_TYPES = ('rouge1', 'rouge2', 'rougeL')
@@ -170,7 +170,9 @@ def write_card(args, r) -> str:
       "`specjax/assets/manpages/spm.model`. Toy models: they summarise man pages, nothing "
       'else.',
       '',
-      *datastore_card.section(args.assets)]
+      *datastore_card.section(args.assets),
+      *bigram_card.section(args.assets, 'specjax_demo_manpages', 'manpages_target',
+                           'the NAME-line summaries')]
   path = os.path.join(args.assets, 'MODEL_CARD.md')
   with open(path, 'w', encoding='utf-8') as f:
     f.write('\n'.join(lines))
