@@ -64,7 +64,8 @@ def gcs_unreachable() -> Optional[str]:
   None when it may be.
 
   Offline, tensorstore retries a request until `_gcs_timeout()` (a minute) and logs
-  credential warnings on the way; a name lookup says the same in milliseconds.
+  credential warnings on the way; a name lookup says the same in milliseconds. The answer
+  is kept for the process (`gcs_unreachable.cache_clear()` asks again).
   """
   if any(os.environ.get(name) for name in ROUTED_ELSEWHERE):
     return None
