@@ -40,6 +40,10 @@ def test_each_bundled_card_describes_its_table(target):
   assert args.task and args.input is None
 
 
+def test_the_card_names_the_command_the_proposer_names():
+  assert bigram_card.BUILD_COMMAND == bigram.BUILD_COMMAND
+
+
 def test_a_section_is_read_from_the_table_and_none_without_one(tmp_path):
   assets = tmp_path / 'pair'
   assets.mkdir()
