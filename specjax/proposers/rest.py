@@ -20,6 +20,10 @@ one of the longer match's, so they fill the trie only with nodes the longer matc
 reach: where it occurs once or a few times, its continuations hold fewer nodes than the
 tree verifies. The next tokens of all 2R are proposed as a trie (`specjax.proposers.
 trie`): the N nodes the most weight passes through, or the heaviest path as a chain.
+R is `SAMPLES` for a chain and a trie of up to 2 SAMPLES nodes, N / 2 for a larger trie
+(`sized_for`): a 128-node trie keeps 2.39 tokens per call on the man pages with 64 against
+2.29 with 32 (greedy; 2.23 against 2.16 sampled), and the gathers are a small part of the
+proposal's cost (the searches are most).
 Every node is a point mass, so the exact rules keep the target's output and distribution.
 The datastore's arrays are the proposer's params (replicated on a mesh); it keeps no state.
 
@@ -38,7 +42,8 @@ import numpy as np
 
 from specjax.proposers import trie
 
-# Retrieved continuations per row and call, from each of the two matches.
+# Retrieved continuations per row and call, from each of the two matches (at least; a trie
+# of N > 2 SAMPLES nodes retrieves N / 2: `RestDraft.sized_for`).
 SAMPLES = 32
 
 
@@ -121,6 +126,10 @@ class RestDraft(trie.Retriever):
   samples: int = SAMPLES
   eos_id: int = 1
   pad_id: int = 0
+
+  def sized_for(self, nodes: int) -> 'RestDraft':
+    """This proposer retrieving R = max(samples, N / 2) per match for a trie of N nodes."""
+    return dataclasses.replace(self, samples=max(self.samples, nodes // 2))
 
   def init(self, rng: jax.Array) -> dict:
     """An empty corpus of the params' shapes (every token -1: nothing is retrieved)."""

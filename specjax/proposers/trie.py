@@ -150,14 +150,21 @@ def propose(tokens: jax.Array, valid: jax.Array, weight: jax.Array, cfg, fallbac
 class Retriever(proposal_lib.Stateless):
   """The proposal of a retrieval proposer: the chain or trie (`propose` above) of what its
   `continuations(params, encoded, seq, pos, depth)` -> (tokens [B, R, D], valid [B, R, D],
-  weight [B, R]) finds below each row's last token. It keeps no state."""
+  weight [B, R]) finds below each row's last token, R as `sized_for` the trie's nodes says.
+  It keeps no state."""
+
+  def sized_for(self, nodes: int) -> 'Retriever':
+    """The proposer that retrieves for a trie of `nodes` nodes (this one: R is fixed)."""
+    del nodes
+    return self
 
   def propose(self, params, encoded, state, seq: jax.Array, pos: jax.Array, keys, sampling,
               cfg: LoopConfig, active: Optional[jax.Array] = None) -> proposal_lib.Proposal:
     """A chain of cfg.gamma tokens, or the trie of cfg.tree's node count."""
     del keys, sampling, active
     depth = cfg.gamma if cfg.tree is None else cfg.tree.depth_count
-    cont, valid, weight = self.continuations(params, encoded, seq, pos, depth)
+    retriever = self if cfg.tree is None else self.sized_for(cfg.tree.num_nodes)
+    cont, valid, weight = retriever.continuations(params, encoded, seq, pos, depth)
     return propose(cont, valid, weight, cfg, self.eos_id, self.vocab_size, state)
 
 
@@ -188,6 +195,10 @@ class Mixture(Retriever):
   @property
   def pad_id(self) -> int:
     return self.parts[0].pad_id
+
+  def sized_for(self, nodes: int) -> 'Mixture':
+    return dataclasses.replace(self, parts=tuple(
+        p.sized_for(nodes) if hasattr(p, 'sized_for') else p for p in self.parts))
 
   def _each(self, method: str, *args) -> dict:
     return {str(i): getattr(p, method)(*args) for i, p in enumerate(self.parts)}
