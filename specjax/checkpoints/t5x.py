@@ -76,11 +76,16 @@ def gcs_unreachable() -> Optional[str]:
   return None
 
 
+def gcs_failure() -> str:
+  """Why a gs:// read failed, in a few words: `gcs_unreachable`'s reason, or a guess."""
+  why = gcs_unreachable()
+  return f'no GCS access, {why}' if why else 'no GCS access?'
+
+
 def _gcs_store(bucket: str) -> ts.KvStore:
   """The bucket's store; OSError at once when GCS cannot be reached (`gcs_unreachable`)."""
-  why = gcs_unreachable()
-  if why is not None:
-    raise OSError(f'no GCS access, {why}')
+  if gcs_unreachable() is not None:
+    raise OSError(gcs_failure())
   return ts.KvStore.open({'driver': 'gcs', 'bucket': bucket}).result(timeout=_gcs_timeout())
 
 

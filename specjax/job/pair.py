@@ -69,9 +69,8 @@ def _load(name: str, path: str, flag: str, dtype, mesh=None, rules=axis_rules.ST
                                            shardings=shardings, param_dtype=param_dtype)
   except (ValueError, FileNotFoundError, OSError) as e:
     if path.startswith('gs://'):
-      why = t5x.gcs_unreachable()
-      why = f'no GCS access, {why}' if why else 'no GCS access?'
-      raise ValueError(f'cannot read {path} ({why}); copy it locally and pass {flag} PATH') from e
+      raise ValueError(f'cannot read {path} ({t5x.gcs_failure()}); copy it locally and pass '
+                       f'{flag} PATH') from e
     raise
   if mesh is not None and not named:  # the config came with the checkpoint: place it now
     params = jax.device_put(params, axis_rules.param_shardings(model, mesh, rules))

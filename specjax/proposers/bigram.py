@@ -4,10 +4,9 @@ The table keeps the top-k next tokens of every token with their log-probabilitie
 V = 32k fits: V x k entries), counted on a corpus by `python -m specjax.datastore bigram`
 (`table_of`); a token never seen before another gets the table's unigram fallback row. The
 draft's q is exactly that distribution (renormalised over the k tokens), so sampling stays
-exact. The paper
-reports alpha 0.20 for a bigram draft on WMT EnDe. It drafts chains token by token, and
-token trees, static or dynamic, from the table's top tokens below each node (a row depends
-on its token alone, so a tree needs no mask); it has no state.
+exact. The paper reports alpha 0.20 for a bigram draft on WMT EnDe. It drafts chains token
+by token, and token trees, static or dynamic, from the table's top tokens below each node
+(a row depends on its token alone, so a tree needs no mask); it has no state.
 
 Shape letters: B rows, K tokens in this call, V vocab, k kept next tokens.
 """

@@ -197,8 +197,7 @@ class Mixture(Retriever):
     return self.parts[0].pad_id
 
   def sized_for(self, nodes: int) -> 'Mixture':
-    return dataclasses.replace(self, parts=tuple(
-        p.sized_for(nodes) if hasattr(p, 'sized_for') else p for p in self.parts))
+    return dataclasses.replace(self, parts=tuple(p.sized_for(nodes) for p in self.parts))
 
   def _each(self, method: str, *args) -> dict:
     return {str(i): getattr(p, method)(*args) for i, p in enumerate(self.parts)}
